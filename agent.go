@@ -1,0 +1,90 @@
+package berth
+
+import "time"
+
+// AgentStatus is the status an agent declares (LIF-1). Stale and dead are derived from the
+// heartbeat age, never stored.
+type AgentStatus string
+
+// Agent statuses (LIF-1).
+const (
+	AgentActive   AgentStatus = "active"
+	AgentDraining AgentStatus = "draining"
+	AgentStale    AgentStatus = "stale" // derived: no heartbeat for the staleness cutoff
+	AgentDead     AgentStatus = "dead"  // derived: no heartbeat for dead_after
+)
+
+// Admission modes (ADM-1).
+const (
+	AdmissionCommitted  = "committed"
+	AdmissionWorkingSet = "working-set"
+	AdmissionNone       = "none"
+)
+
+// Pools (POOL-1).
+const (
+	PoolStateful  = "stateful"
+	PoolEphemeral = "ephemeral"
+)
+
+// HeldSandbox is one sandbox an agent holds, as listed on its heartbeat (AGT-1). ResidentMiB
+// is the measured working set in MiB; Measured is false until a measurement saw the guest
+// (while false the agent still charges the reserve, ADM-5).
+type HeldSandbox struct {
+	ID          string `json:"id"`
+	ResidentMiB int64  `json:"resident_mb"`
+	Measured    bool   `json:"measured"`
+}
+
+// EndedSandbox reports a sandbox the agent ended on its own (TTL, exit, eviction) so the
+// store can record the transition. It is repeated on every heartbeat until one is accepted.
+type EndedSandbox struct {
+	ID     string       `json:"id"`
+	State  SandboxState `json:"state"`
+	Reason string       `json:"reason"`
+	At     time.Time    `json:"at"`
+}
+
+// Heartbeat is what an agent posts every interval (AGT-1). Memory figures are MiB, CPU
+// figures are cores. MemoryMiBAdmittable is the agent's own verdict computed with the one
+// admission formula (ADM-6); the scheduler only subtracts its pending reservations from it.
+type Heartbeat struct {
+	AgentID              string         `json:"agent_id"`
+	Address              string         `json:"address"` // base URL of the agent's internal API
+	Region               string         `json:"region"`
+	Pool                 string         `json:"pool"`
+	Preemptible          bool           `json:"preemptible"`
+	HeartbeatAt          time.Time      `json:"heartbeat_at"`
+	Status               AgentStatus    `json:"status"`
+	CPUTotal             float64        `json:"cpu_total"`
+	CPUUsed              float64        `json:"cpu_used"`
+	MemoryMiBTotal       int64          `json:"memory_mb_total"`
+	MemoryMiBUsed        int64          `json:"memory_mb_used"`
+	MemoryMiBCommitted   int64          `json:"memory_mb_committed"`
+	MemoryAdmission      string         `json:"memory_admission"`
+	MemoryMiBAdmittable  int64          `json:"memory_mb_admittable"`
+	IntakeOpen           bool           `json:"intake_open"`
+	MemoryPressure       float64        `json:"memory_pressure"`
+	StartsInFlight       int            `json:"starts_in_flight"`
+	NatIDFree            int            `json:"natid_free"`
+	StreamRestoreEnabled bool           `json:"stream_restore_enabled"`
+	Sandboxes            []HeldSandbox  `json:"sandboxes"`
+	Ended                []EndedSandbox `json:"ended,omitempty"`
+	Version              string         `json:"version"`
+	BootID               string         `json:"boot_id"`
+	// MeasurementErrors counts resident readings clamped into [0, total] (C07).
+	MeasurementErrors int64 `json:"measurement_errors,omitempty"`
+}
+
+// Agent is the store's record of an agent: its latest heartbeat, when the server received it,
+// and the status an operator set (a drain marked through the API sticks until undrain).
+type Agent struct {
+	Heartbeat
+	// LastSeen is the server's clock when the latest heartbeat arrived; staleness is judged
+	// against it, never against the agent's clock.
+	LastSeen time.Time `json:"-"`
+	// DrainReason is set while an operator drain is in force.
+	DrainReason string `json:"drain_reason,omitempty"`
+	// LastSeenS is the heartbeat age in seconds, filled in for API answers only (§13).
+	LastSeenS float64 `json:"last_seen_s"`
+}

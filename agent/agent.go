@@ -1,0 +1,259 @@
+// Package agent is the host agent (SPEC §4): it runs sandboxes through a runtime driver,
+// measures them, enforces the local admission gate (AGT-2) with the one formula of package
+// admission (ADM-6), bounds concurrent starts (ADM-10), stops sandboxes past their TTL
+// (AGT-7), serves the internal API the scheduler calls, and heartbeats (AGT-1).
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
+	"github.com/berth-dev/berth/client"
+)
+
+// Runtime is what the agent needs from a runtime driver (AGT-3). Measure returns the
+// guest's working set in MiB, whether the measurement saw the guest, and whether it exited.
+type Runtime interface {
+	Start(ctx context.Context, id string, memoryMiB int64, vcpus int) error
+	Stop(ctx context.Context, id string) error
+	Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error)
+	WriteFile(ctx context.Context, id, path string, data []byte) error
+	ReadFile(ctx context.Context, id, path string) ([]byte, error)
+	Measure(id string) (residentMiB int64, seen, exited bool, err error)
+}
+
+// Config is the agent's configuration; cmd/berth fills it from flags (DefaultConfig first).
+type Config struct {
+	ID          string
+	Region      string
+	Pool        string // "stateful" (default) or "ephemeral" (POOL-1)
+	Preemptible bool
+	// Admission is the memory-admission mode (ADM-1): committed, working-set or none.
+	Admission string
+	// MemoryMiB is the memory budget in MiB; 0 means the host's MemTotal.
+	MemoryMiB   int64
+	HeadroomMiB int64
+	// HeartbeatInterval is the heartbeat period (AGT-1, default 10 s).
+	HeartbeatInterval time.Duration
+	// MeasureInterval is how often guests are measured and TTLs checked (default 1 s).
+	MeasureInterval time.Duration
+	// ReserveTTL bounds how long an unmeasured guest is charged its reserve (ADM-5, 60 s).
+	ReserveTTL time.Duration
+	// MaxStarts bounds concurrent starts (ADM-10, default 8); StartSlotWait is how long a
+	// create waits for a slot before host_starts_saturated (default 250 ms).
+	MaxStarts     int
+	StartSlotWait time.Duration
+	// ServerURL and NodeToken: where heartbeats go and the token both sides present.
+	ServerURL string
+	NodeToken string
+	// Listen is the internal API address (default 127.0.0.1:0).
+	Listen  string
+	Version string
+	Logger  *slog.Logger
+}
+
+// DefaultConfig returns every knob at its documented default.
+func DefaultConfig() Config {
+	return Config{
+		Pool:              berth.PoolStateful,
+		Admission:         berth.AdmissionWorkingSet,
+		HeadroomMiB:       1024,
+		HeartbeatInterval: 10 * time.Second,
+		MeasureInterval:   time.Second,
+		ReserveTTL:        60 * time.Second,
+		MaxStarts:         8,
+		StartSlotWait:     250 * time.Millisecond,
+		Listen:            "127.0.0.1:0",
+		Version:           "dev",
+	}
+}
+
+// guest is one sandbox the agent holds.
+type guest struct {
+	spec       berth.AgentCreate
+	admittedAt time.Time
+	started    bool
+	resident   int64
+	measured   bool // a measurement saw it, or its reserve expired (ADM-5)
+}
+
+// Agent is one host agent. Create it with New, then Run it.
+type Agent struct {
+	cfg    Config
+	rt     Runtime
+	log    *slog.Logger
+	hb     *client.Client
+	bootID string
+	starts chan struct{}
+
+	mu          sync.Mutex
+	guests      map[string]*guest
+	ended       []berth.EndedSandbox
+	draining    bool
+	measureErrs int64
+	pressure    float64
+	cpuUsed     float64
+	lastCPUBusy, lastCPUTotal uint64
+	kick        chan struct{} // asks the heartbeat loop to send now
+
+	ln   net.Listener
+	addr string
+}
+
+// New validates cfg, opens the internal API listener and returns an agent ready to Run.
+// Errors: an invalid mode or pool, or a listener that cannot be opened.
+func New(cfg Config, rt Runtime) (*Agent, error) {
+	if !admission.ValidMode(cfg.Admission) {
+		return nil, fmt.Errorf("agent: invalid admission mode %q", cfg.Admission)
+	}
+	if cfg.Pool == "" {
+		cfg.Pool = berth.PoolStateful
+	}
+	if cfg.Pool != berth.PoolStateful && cfg.Pool != berth.PoolEphemeral {
+		return nil, fmt.Errorf("agent: invalid pool %q", cfg.Pool)
+	}
+	if cfg.Preemptible && cfg.Pool != berth.PoolEphemeral {
+		return nil, fmt.Errorf("agent: a preemptible agent must be in the ephemeral pool (POOL-1)")
+	}
+	def := DefaultConfig()
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = def.HeartbeatInterval
+	}
+	if cfg.MeasureInterval <= 0 {
+		cfg.MeasureInterval = min(def.MeasureInterval, cfg.HeartbeatInterval)
+	}
+	if cfg.ReserveTTL <= 0 {
+		cfg.ReserveTTL = def.ReserveTTL
+	}
+	if cfg.MaxStarts <= 0 {
+		cfg.MaxStarts = def.MaxStarts
+	}
+	if cfg.StartSlotWait <= 0 {
+		cfg.StartSlotWait = def.StartSlotWait
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = def.Listen
+	}
+	if cfg.MemoryMiB <= 0 {
+		cfg.MemoryMiB = hostMemoryMiB()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ID == "" {
+		h, _ := os.Hostname()
+		cfg.ID = h
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen %s: %w", cfg.Listen, err)
+	}
+	a := &Agent{
+		cfg:    cfg,
+		rt:     rt,
+		log:    cfg.Logger.With("agent", cfg.ID),
+		hb:     client.New(cfg.ServerURL, cfg.NodeToken),
+		bootID: randomID(),
+		starts: make(chan struct{}, cfg.MaxStarts),
+		guests: map[string]*guest{},
+		kick:   make(chan struct{}, 1),
+		ln:     ln,
+		addr:   "http://" + ln.Addr().String(),
+	}
+	return a, nil
+}
+
+// ID returns the agent's id; Address the base URL of its internal API.
+func (a *Agent) ID() string      { return a.cfg.ID }
+func (a *Agent) Address() string { return a.addr }
+
+// Run serves the internal API, measures guests and heartbeats until ctx ends, then stops
+// every sandbox it holds and returns. Sandboxes never outlive their agent's Run.
+func (a *Agent) Run(ctx context.Context) error {
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(a.ln) }()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.measureLoop(ctx) }()
+	go func() { defer wg.Done(); a.heartbeatLoop(ctx) }()
+	a.log.Info("agent up", "address", a.addr, "admission", a.cfg.Admission,
+		"memory_mb", a.cfg.MemoryMiB, "headroom_mb", a.cfg.HeadroomMiB)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut)
+	wg.Wait()
+	a.stopAll(shut)
+	return err
+}
+
+func (a *Agent) stopAll(ctx context.Context) {
+	a.mu.Lock()
+	ids := make([]string, 0, len(a.guests))
+	for id := range a.guests {
+		ids = append(ids, id)
+	}
+	a.mu.Unlock()
+	for _, id := range ids {
+		if err := a.rt.Stop(ctx, id); err != nil {
+			a.log.Warn("stop on shutdown", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// admittableLocked computes the host's admittable MiB with the one formula (ADM-6). The
+// caller holds a.mu.
+func (a *Agent) admittableLocked() int64 {
+	h := admission.Host{
+		Mode:        a.cfg.Admission,
+		TotalMiB:    a.cfg.MemoryMiB,
+		HeadroomMiB: a.cfg.HeadroomMiB,
+		IntakeOpen:  !a.draining,
+		Guests:      make([]admission.Guest, 0, len(a.guests)),
+	}
+	for _, g := range a.guests {
+		h.Guests = append(h.Guests, admission.Guest{
+			ConfiguredMiB: g.spec.MemoryMiB,
+			ResidentMiB:   g.resident,
+			Stateful:      g.spec.Stateful,
+			Measured:      g.measured,
+		})
+	}
+	return admission.Admittable(h)
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func hostMemoryMiB() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var kb int64
+	if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err != nil {
+		return 0
+	}
+	return kb / 1024
+}
+
+func cpuTotal() float64 { return float64(runtime.NumCPU()) }

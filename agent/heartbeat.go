@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// Heartbeat builds the agent's current heartbeat (AGT-1). Memory figures are MiB.
+func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	hb := berth.Heartbeat{
+		AgentID:             a.cfg.ID,
+		Address:             a.addr,
+		Region:              a.cfg.Region,
+		Pool:                a.cfg.Pool,
+		Preemptible:         a.cfg.Preemptible,
+		HeartbeatAt:         now.UTC(),
+		Status:              berth.AgentActive,
+		CPUTotal:            cpuTotal(),
+		CPUUsed:             a.cpuUsed,
+		MemoryMiBTotal:      a.cfg.MemoryMiB,
+		MemoryAdmission:     a.cfg.Admission,
+		MemoryMiBAdmittable: a.admittableLocked(),
+		IntakeOpen:          !a.draining,
+		MemoryPressure:      a.pressure,
+		StartsInFlight:      len(a.starts),
+		NatIDFree:           natIDSlots - len(a.guests),
+		Version:             a.cfg.Version,
+		BootID:              a.bootID,
+		MeasurementErrors:   a.measureErrs,
+		Sandboxes:           make([]berth.HeldSandbox, 0, len(a.guests)),
+		Ended:               append([]berth.EndedSandbox(nil), a.ended...),
+	}
+	if a.draining {
+		hb.Status = berth.AgentDraining
+	}
+	for id, g := range a.guests {
+		hb.MemoryMiBCommitted += g.spec.MemoryMiB
+		hb.MemoryMiBUsed += g.resident
+		hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident, Measured: g.measured})
+	}
+	return hb
+}
+
+// natIDSlots is the per-host network slot space (AGT-4): 16,384 /30 subnets.
+const natIDSlots = 16384
+
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer t.Stop()
+	a.sendHeartbeat(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+		a.sendHeartbeat(ctx)
+	}
+}
+
+func (a *Agent) sendHeartbeat(ctx context.Context) {
+	if a.cfg.ServerURL == "" {
+		return
+	}
+	hb := a.Heartbeat(time.Now())
+	cctx, cancel := context.WithTimeout(ctx, max(a.cfg.HeartbeatInterval, time.Second))
+	defer cancel()
+	if err := a.hb.Heartbeat(cctx, hb); err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("heartbeat failed", "err", err)
+		}
+		return
+	}
+	// The server recorded these transitions; forget exactly the ones it saw.
+	if len(hb.Ended) > 0 {
+		a.mu.Lock()
+		a.ended = a.ended[min(len(hb.Ended), len(a.ended)):]
+		a.mu.Unlock()
+	}
+}
+
+// sampleCPU updates cpuUsed (cores busy on the host) from /proc/stat deltas.
+func (a *Agent) sampleCPU() {
+	busy, total, ok := readProcStat()
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastCPUTotal > 0 && total > a.lastCPUTotal {
+		frac := float64(busy-a.lastCPUBusy) / float64(total-a.lastCPUTotal)
+		a.cpuUsed = min(max(frac, 0), 1) * cpuTotal()
+	}
+	a.lastCPUBusy, a.lastCPUTotal = busy, total
+}
+
+func readProcStat() (busy, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total, true
+}

@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/httpjson"
+)
+
+// File bodies are capped at 64 MiB; JSON bodies at 1 MiB.
+const (
+	maxFileBytes = 64 << 20
+	maxJSONBytes = 1 << 20
+)
+
+// Handler returns the agent's internal API. Every call carries X-Node-Token (compared in
+// constant time, AGT-5):
+//
+//	POST   /internal/sandboxes                 berth.AgentCreate → 201
+//	DELETE /internal/sandboxes/{id}            → 204 (idempotent)
+//	POST   /internal/sandboxes/{id}/exec       berth.ExecRequest → 200 berth.ExecResult
+//	PUT    /internal/sandboxes/{id}/files?path → 204;  GET → 200 raw bytes
+//	POST   /internal/drain?reason=, /internal/undrain → 202 / 200
+//	GET    /internal/heartbeat                 → 200 berth.Heartbeat (what the agent would send now)
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /internal/sandboxes", a.handleCreate)
+	mux.HandleFunc("DELETE /internal/sandboxes/{id}", a.handleDelete)
+	mux.HandleFunc("POST /internal/sandboxes/{id}/exec", a.handleExec)
+	mux.HandleFunc("PUT /internal/sandboxes/{id}/files", a.handleWriteFile)
+	mux.HandleFunc("GET /internal/sandboxes/{id}/files", a.handleReadFile)
+	mux.HandleFunc("POST /internal/drain", func(w http.ResponseWriter, r *http.Request) {
+		a.Drain(r.URL.Query().Get("reason"))
+		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("POST /internal/undrain", func(w http.ResponseWriter, r *http.Request) {
+		a.Undrain()
+		w.WriteHeader(http.StatusOK)
+	})
+	mux.HandleFunc("GET /internal/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteJSON(w, http.StatusOK, a.Heartbeat(time.Now()))
+	})
+	return a.authenticate(mux)
+}
+
+func (a *Agent) authenticate(next http.Handler) http.Handler {
+	want := []byte(a.cfg.NodeToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get(berth.HeaderNodeToken))
+		if len(want) == 0 || subtle.ConstantTimeCompare(got, want) != 1 {
+			httpjson.WriteError(w, "", berth.Errorf(berth.EUnauthorized, "missing or wrong node token"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var c berth.AgentCreate
+	if err := httpjson.Decode(w, r, maxJSONBytes, &c); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	if err := a.Create(r.Context(), c); err != nil {
+		a.log.Info("create refused", "sandbox", c.ID, "err", err)
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
+	if err := a.Delete(r.Context(), r.PathValue("id")); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req berth.ExecRequest
+	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	if err := a.held(id); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	res, err := a.rt.Exec(r.Context(), id, req)
+	if err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, res)
+}
+
+func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.held(id); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	data, err := httpjson.ReadBody(w, r, maxFileBytes)
+	if err == nil {
+		err = a.rt.WriteFile(r.Context(), id, r.URL.Query().Get("path"), data)
+	}
+	if err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.held(id); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	data, err := a.rt.ReadFile(r.Context(), id, r.URL.Query().Get("path"))
+	if err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(data)
+}

@@ -1,0 +1,216 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
+)
+
+// Create admits and starts one sandbox (AGT-2): it takes a start slot (ADM-10), checks the
+// local gate with the one admission formula (ADM-2…7), books the guest at its charge and
+// starts it. A create for an id the agent already holds returns the held guest (the
+// scheduler may retry). Errors are *berth.Error: host_starts_saturated, no_capacity
+// (lost race), invalid_request, unavailable (runtime failure, with the cause).
+func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
+	if c.ID == "" || c.MemoryMiB <= 0 {
+		return berth.Errorf(berth.EInvalidRequest, "id and a positive memory_mb are required")
+	}
+	a.mu.Lock()
+	_, held := a.guests[c.ID]
+	a.mu.Unlock()
+	if held {
+		return nil
+	}
+
+	slot := time.NewTimer(a.cfg.StartSlotWait)
+	defer slot.Stop()
+	select {
+	case a.starts <- struct{}{}:
+	case <-slot.C:
+		return &berth.Error{Code: berth.EHostStartsSaturated,
+			Message: fmt.Sprintf("agent %s: %d starts in flight", a.cfg.ID, a.cfg.MaxStarts)}
+	case <-ctx.Done():
+		return berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
+	}
+	defer func() { <-a.starts }()
+
+	charge := admission.Charge(a.cfg.Admission, c.MemoryMiB, c.Stateful)
+	a.mu.Lock()
+	if a.draining {
+		a.mu.Unlock()
+		return berth.Errorf(berth.ENoCapacity, "agent %s is draining", a.cfg.ID)
+	}
+	if _, held := a.guests[c.ID]; held {
+		a.mu.Unlock()
+		return nil
+	}
+	adm := a.admittableLocked()
+	if !admission.Fits(adm, 0, charge) {
+		a.mu.Unlock()
+		return &berth.Error{Code: berth.ENoCapacity,
+			Message: fmt.Sprintf("agent %s: admittable %d MiB < charge %d MiB", a.cfg.ID, adm, charge)}
+	}
+	g := &guest{spec: c, admittedAt: time.Now()}
+	a.guests[c.ID] = g
+	a.mu.Unlock()
+
+	// Every exit path below either marks the guest started or removes it, so its
+	// reserve never outlives a failed start (ADM-5).
+	ok := false
+	defer func() {
+		if !ok {
+			a.mu.Lock()
+			delete(a.guests, c.ID)
+			a.mu.Unlock()
+		}
+	}()
+	if err := a.rt.Start(ctx, c.ID, c.MemoryMiB, c.VCPUs); err != nil {
+		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.rt.Stop(stop, c.ID)
+		return fmt.Errorf("agent %s: start %s: %w", a.cfg.ID, c.ID,
+			&berth.Error{Code: berth.EUnavailable, Message: "sandbox start failed: " + err.Error()})
+	}
+	a.mu.Lock()
+	g.started = true
+	a.mu.Unlock()
+	ok = true
+	a.log.Info("sandbox started", "sandbox", c.ID, "memory_mb", c.MemoryMiB, "charge_mb", charge)
+	return nil
+}
+
+// Delete stops a sandbox and forgets it. It is idempotent: an unknown id is not an error.
+func (a *Agent) Delete(ctx context.Context, id string) error {
+	if err := a.rt.Stop(ctx, id); err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+		return fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
+	}
+	a.mu.Lock()
+	delete(a.guests, id)
+	a.mu.Unlock()
+	return nil
+}
+
+// held reports whether the agent holds a started sandbox id, or a sandbox_not_found error.
+func (a *Agent) held(id string) error {
+	a.mu.Lock()
+	g, ok := a.guests[id]
+	a.mu.Unlock()
+	if !ok || !g.started {
+		return berth.Errorf(berth.ESandboxNotFound, "sandbox %s is not running on agent %s", id, a.cfg.ID)
+	}
+	return nil
+}
+
+// measureLoop measures every started guest, stops guests past their TTL (AGT-7), expires
+// reserves that no measurement confirmed (ADM-5) and notices guests whose init died.
+func (a *Agent) measureLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.MeasureInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.measureOnce(ctx, time.Now())
+	}
+}
+
+func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
+	type job struct {
+		id      string
+		expired bool
+	}
+	a.mu.Lock()
+	jobs := make([]job, 0, len(a.guests))
+	for id, g := range a.guests {
+		if !g.started {
+			continue
+		}
+		jobs = append(jobs, job{id, !g.spec.ExpiresAt.IsZero() && !now.Before(g.spec.ExpiresAt)})
+	}
+	a.mu.Unlock()
+
+	for _, j := range jobs {
+		if j.expired {
+			a.end(ctx, j.id, berth.SandboxStopped, "ttl", now)
+			continue
+		}
+		res, seen, exited, err := a.rt.Measure(j.id)
+		if err != nil {
+			a.log.Warn("measure", "sandbox", j.id, "err", err)
+			continue
+		}
+		if exited {
+			a.end(ctx, j.id, berth.SandboxFailed, "sandbox init exited", now)
+			continue
+		}
+		clamped, bad := admission.ClampResident(res, a.cfg.MemoryMiB)
+		a.mu.Lock()
+		if g, ok := a.guests[j.id]; ok {
+			if bad {
+				// C07: an impossible reading is clamped and counted, never trusted.
+				a.measureErrs++
+				a.log.Warn("resident reading out of range; clamped", "sandbox", j.id,
+					"resident_mb", res, "clamped_mb", clamped)
+			}
+			g.resident = clamped
+			if seen || now.Sub(g.admittedAt) >= a.cfg.ReserveTTL {
+				g.measured = true
+			}
+		}
+		a.mu.Unlock()
+	}
+	a.sampleCPU()
+}
+
+// end stops a guest the agent decided to end and queues the transition for the next
+// heartbeat (repeated until one is accepted).
+func (a *Agent) end(ctx context.Context, id string, state berth.SandboxState, reason string, now time.Time) {
+	if err := a.rt.Stop(ctx, id); err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+		a.log.Warn("stop", "sandbox", id, "reason", reason, "err", err)
+		return
+	}
+	a.mu.Lock()
+	delete(a.guests, id)
+	a.ended = append(a.ended, berth.EndedSandbox{ID: id, State: state, Reason: reason, At: now.UTC()})
+	a.mu.Unlock()
+	a.log.Info("sandbox ended", "sandbox", id, "state", state, "reason", reason)
+	a.Kick()
+}
+
+// Kick asks for a heartbeat now instead of at the next tick (AGT-5 drains use it too).
+func (a *Agent) Kick() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Drain closes intake (AGT-5): admittable drops to 0, status becomes draining and a
+// heartbeat goes out at once. Idempotent and non-blocking. Undrain reverses it.
+func (a *Agent) Drain(reason string) {
+	a.mu.Lock()
+	changed := !a.draining
+	a.draining = true
+	a.mu.Unlock()
+	if changed {
+		a.log.Info("draining", "reason", reason)
+		a.Kick()
+	}
+}
+
+// Undrain reopens intake after Drain.
+func (a *Agent) Undrain() {
+	a.mu.Lock()
+	changed := a.draining
+	a.draining = false
+	a.mu.Unlock()
+	if changed {
+		a.log.Info("undrained")
+		a.Kick()
+	}
+}

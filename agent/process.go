@@ -1,0 +1,31 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/process"
+)
+
+// ProcessRuntime adapts the process runtime driver (AGT-3) to the agent's Runtime.
+func ProcessRuntime(r *process.Runtime) Runtime { return processRuntime{r} }
+
+type processRuntime struct{ r *process.Runtime }
+
+func (p processRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int) error {
+	return p.r.Start(ctx, process.Spec{ID: id, MemoryMiB: memoryMiB, VCPUs: vcpus})
+}
+func (p processRuntime) Stop(ctx context.Context, id string) error { return p.r.Stop(ctx, id) }
+func (p processRuntime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
+	return p.r.Exec(ctx, id, req)
+}
+func (p processRuntime) WriteFile(ctx context.Context, id, path string, data []byte) error {
+	return p.r.WriteFile(ctx, id, path, data)
+}
+func (p processRuntime) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	return p.r.ReadFile(ctx, id, path)
+}
+func (p processRuntime) Measure(id string) (int64, bool, bool, error) {
+	m, err := p.r.Measure(id)
+	return m.ResidentMiB, m.Seen, m.Exited, err
+}

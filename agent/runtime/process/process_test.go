@@ -1,0 +1,257 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/berth-dev/berth"
+)
+
+func TestMain(m *testing.M) {
+	MaybeRunInit()
+	os.Exit(m.Run())
+}
+
+// modes are the isolation settings every behaviour test runs under.
+var modes = []string{IsolateOff, IsolateOn}
+
+// newRuntime returns a runtime in a fresh Dir that is closed when the test ends. IsolateOn
+// skips the test when the machine cannot isolate.
+func newRuntime(t *testing.T, isolate string) *Runtime {
+	t.Helper()
+	if isolate == IsolateOn && os.Geteuid() != 0 {
+		t.Skip("isolation needs root; run the tests as root to cover namespaces and cgroups")
+	}
+	return newRuntimeIn(t, t.TempDir(), isolate)
+}
+
+func newRuntimeIn(t *testing.T, dir, isolate string) *Runtime {
+	t.Helper()
+	r, err := New(Config{Dir: dir, Isolate: isolate})
+	if err != nil {
+		t.Fatalf("New(isolate=%s): %v", isolate, err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+func startSandbox(t *testing.T, r *Runtime, id string, memoryMiB int64) {
+	t.Helper()
+	if err := r.Start(context.Background(), Spec{ID: id, MemoryMiB: memoryMiB, VCPUs: 1}); err != nil {
+		t.Fatalf("Start(%s): %v", id, err)
+	}
+}
+
+func run(t *testing.T, r *Runtime, id string, req berth.ExecRequest) berth.ExecResult {
+	t.Helper()
+	if req.TimeoutS == 0 {
+		req.TimeoutS = 30
+	}
+	res, err := r.Exec(context.Background(), id, req)
+	if err != nil {
+		t.Fatalf("Exec(%q): %v", req.Cmd, err)
+	}
+	return res
+}
+
+func TestExec(t *testing.T) {
+	big := strings.Repeat("x", 100_000) // more than a pipe buffer
+	cases := []struct {
+		name string
+		req  berth.ExecRequest
+		want berth.ExecResult
+	}{
+		{"python", berth.ExecRequest{Cmd: []string{"python3", "-c", "print(2+2)"}}, berth.ExecResult{Stdout: "4\n"}},
+		{"stdin", berth.ExecRequest{Cmd: []string{"cat"}, Stdin: "hello"}, berth.ExecResult{Stdout: "hello"}},
+		{"big stdin", berth.ExecRequest{Cmd: []string{"wc", "-c"}, Stdin: big}, berth.ExecResult{Stdout: "100000\n"}},
+		{"stdin ignored", berth.ExecRequest{Cmd: []string{"true"}, Stdin: big}, berth.ExecResult{}},
+		{"no stdin", berth.ExecRequest{Cmd: []string{"cat"}}, berth.ExecResult{}},
+		{"exit code", berth.ExecRequest{Cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}},
+			berth.ExecResult{ExitCode: 3, Stdout: "out\n", Stderr: "err\n"}},
+		{"killed by signal", berth.ExecRequest{Cmd: []string{"sh", "-c", "kill -9 $$"}}, berth.ExecResult{ExitCode: 137}},
+		{"not found", berth.ExecRequest{Cmd: []string{"no-such-command-berth"}},
+			berth.ExecResult{ExitCode: 127, Stderr: "berth: no-such-command-berth: command not found\n"}},
+		{"absolute path", berth.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo $PATH"}},
+			berth.ExecResult{Stdout: commandPath() + "\n"}},
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			r := newRuntime(t, mode)
+			startSandbox(t, r, "sb-exec", 256)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					got := run(t, r, "sb-exec", tc.req)
+					if diff := cmp.Diff(tc.want, got); diff != "" {
+						t.Errorf("Exec(%q) (-want +got):\n%s", tc.req.Cmd, diff)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestExecCapsOutput(t *testing.T) {
+	r := newRuntime(t, IsolateOff)
+	startSandbox(t, r, "sb-cap", 256)
+	got := run(t, r, "sb-cap", berth.ExecRequest{Cmd: []string{"head", "-c", "1500000", "/dev/zero"}})
+	if len(got.Stdout) != maxOutputBytes {
+		t.Errorf("stdout is %d bytes, want the cap %d", len(got.Stdout), maxOutputBytes)
+	}
+	if want := fmt.Sprintf("stdout truncated to %d bytes (%d dropped)", maxOutputBytes, 1500000-maxOutputBytes); !strings.Contains(got.Stderr, want) {
+		t.Errorf("stderr = %q, want a note %q", got.Stderr, want)
+	}
+}
+
+// A command that leaves a process in the background returns when the command itself exits;
+// the background process keeps running and holding the output pipes (SPEC §13). Were Exec to
+// wait for the pipes' EOF, it would hit the timeout and report -1.
+func TestExecDoesNotWaitForBackground(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			r := newRuntime(t, mode)
+			startSandbox(t, r, "sb-bg", 256)
+			got := run(t, r, "sb-bg", berth.ExecRequest{
+				Cmd:      []string{"sh", "-c", "sleep 1000 & echo started; echo also >&2"},
+				TimeoutS: 20,
+			})
+			if diff := cmp.Diff(berth.ExecResult{Stdout: "started\n", Stderr: "also\n"}, got); diff != "" {
+				t.Errorf("Exec (-want +got):\n%s", diff)
+			}
+			// The background sleep still runs: the tree holds the init and sleep at least.
+			if pids := sandboxPids(t, r, "sb-bg"); len(pids) < 2 {
+				t.Errorf("sandbox processes after exec = %v, want the init and the background sleep", pids)
+			}
+		})
+	}
+}
+
+func TestExecTimeout(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			r := newRuntime(t, mode)
+			startSandbox(t, r, "sb-timeout", 256)
+			got := run(t, r, "sb-timeout", berth.ExecRequest{Cmd: []string{"sh", "-c", "echo before; sleep 600"}, TimeoutS: 1})
+			if got.ExitCode != -1 || got.Stdout != "before\n" || !strings.Contains(got.Stderr, "timed out after 1s") {
+				t.Errorf("Exec = %+v, want exit -1, the output before the timeout and a note", got)
+			}
+			if pids := sandboxPids(t, r, "sb-timeout"); len(pids) != 1 {
+				t.Errorf("sandbox processes after the timeout = %v, want only the init (the process group is killed)", pids)
+			}
+		})
+	}
+}
+
+func TestExecContextCancelKillsCommand(t *testing.T) {
+	r := newRuntime(t, IsolateOff)
+	startSandbox(t, r, "sb-cancel", 256)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Exec(ctx, "sb-cancel", berth.ExecRequest{Cmd: []string{"sleep", "600"}})
+		errc <- err
+	}()
+	waitFor(t, "the sleep to start", func() bool { return len(sandboxPids(t, r, "sb-cancel")) == 2 })
+	cancel()
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), context.Canceled.Error()) {
+		t.Fatalf("Exec after cancel = %v, want context.Canceled", err)
+	}
+	waitFor(t, "the sleep to be killed", func() bool { return len(sandboxPids(t, r, "sb-cancel")) == 1 })
+}
+
+func TestFiles(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			r := newRuntime(t, mode)
+			startSandbox(t, r, "sb-files", 256)
+			ctx := context.Background()
+			dir := "/tmp/berth-files-test/nested"
+			if !r.Isolated() {
+				dir = filepath.Join(r.sandboxes["sb-files"].dir, rootDir, "nested")
+			}
+			path := filepath.Join(dir, "data.bin")
+			data := []byte("line one\n\x00binary\xff")
+			if err := r.WriteFile(ctx, "sb-files", path, data); err != nil {
+				t.Fatalf("WriteFile: %v", err)
+			}
+			got, err := r.ReadFile(ctx, "sb-files", path)
+			if err != nil {
+				t.Fatalf("ReadFile: %v", err)
+			}
+			if diff := cmp.Diff(data, got); diff != "" {
+				t.Errorf("ReadFile (-want +got):\n%s", diff)
+			}
+			// The command sees the same file.
+			if res := run(t, r, "sb-files", berth.ExecRequest{Cmd: []string{"wc", "-c", path}}); res.Stdout != fmt.Sprintf("%d %s\n", len(data), path) {
+				t.Errorf("wc inside = %+v", res)
+			}
+			empty, err := r.ReadFile(ctx, "sb-files", path+"-missing")
+			if code := berth.ErrorCode(err); code != berth.ENotFound || empty != nil {
+				t.Errorf("ReadFile(missing) = %q, %v; want code %s", empty, err, berth.ENotFound)
+			}
+			if _, err := r.ReadFile(ctx, "sb-files", dir); berth.ErrorCode(err) != berth.EInvalidRequest {
+				t.Errorf("ReadFile(directory) error = %v, want %s", err, berth.EInvalidRequest)
+			}
+			if err := r.WriteFile(ctx, "sb-files", dir, data); berth.ErrorCode(err) != berth.EInvalidRequest {
+				t.Errorf("WriteFile(directory) error = %v, want %s", err, berth.EInvalidRequest)
+			}
+		})
+	}
+}
+
+// sandboxPids lists the host pids of the sandbox's processes: its cgroup's with isolation, the
+// init's tree without.
+func sandboxPids(t *testing.T, r *Runtime, id string) []int {
+	t.Helper()
+	r.mu.Lock()
+	sb := r.sandboxes[id]
+	r.mu.Unlock()
+	if sb == nil {
+		t.Fatalf("no sandbox %s", id)
+	}
+	if sb.cgroup != "" {
+		pids, err := cgroupProcs(sb.cgroup)
+		if err != nil {
+			t.Fatalf("cgroup.procs: %v", err)
+		}
+		return pids
+	}
+	return processTree("/proc", sb.proc.Pid)
+}
+
+// startTime returns field 22 of /proc/<pid>/stat, "" when the process is gone; with the pid it
+// names one process for good.
+func startTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 || f[0] == "Z" {
+		return ""
+	}
+	return f[19]
+}
+
+// waitFor polls cond until it holds or 20 s pass: waiting for a state, not timing it.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,188 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// Defaults of the retry policy (SDK-1).
+const (
+	DefaultDeadline    = 90 * time.Second
+	DefaultBackoffBase = 250 * time.Millisecond
+	DefaultBackoffCap  = 8 * time.Second
+	DefaultUserAgent   = "berth-go-client/1"
+)
+
+// Clock is the client's source of time: Now for the first-attempt stamp and the deadline,
+// Sleep for the waits between attempts. Sleep returns early with a non-nil error (normally
+// ctx.Err()) when ctx is done. Tests inject a fake so nothing really sleeps.
+type Clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// systemClock is the real clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Client calls one Berth server. Create it with New; it is safe for concurrent use as long
+// as the Clock and random source given to it are.
+type Client struct {
+	baseURL   string
+	key       string
+	http      *http.Client
+	deadline  time.Duration
+	base, cap time.Duration
+	clock     Clock
+	rand      func() float64
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// New returns a client for the server at baseURL (e.g. "http://127.0.0.1:7070", with or
+// without a trailing slash) that authenticates every request with "Authorization: Bearer
+// <key>": a tenant or admin API key, or an agent's node token for Heartbeat.
+func New(baseURL, key string, opts ...Option) *Client {
+	c := &Client{
+		baseURL:   strings.TrimRight(baseURL, "/"),
+		key:       key,
+		http:      http.DefaultClient,
+		deadline:  DefaultDeadline,
+		base:      DefaultBackoffBase,
+		cap:       DefaultBackoffCap,
+		clock:     systemClock{},
+		rand:      rand.Float64,
+		userAgent: DefaultUserAgent,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// WithHTTPClient sets the http.Client used for every request (nil keeps
+// http.DefaultClient). Its Timeout, if any, bounds each single attempt.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) {
+		if h != nil {
+			c.http = h
+		}
+	}
+}
+
+// WithDeadline sets the overall deadline of a retried call, measured from its first attempt
+// (SDK-1, default 90 s). A non-positive d keeps the default.
+func WithDeadline(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.deadline = d
+		}
+	}
+}
+
+// WithBackoff sets the full-jitter base and cap (SDK-1, default 0.25 s and 8 s). A
+// non-positive value keeps its default; a base above the cap is lowered to the cap.
+func WithBackoff(base, cap time.Duration) Option {
+	return func(c *Client) {
+		if base > 0 {
+			c.base = base
+		}
+		if cap > 0 {
+			c.cap = cap
+		}
+	}
+}
+
+// WithClock replaces the real clock (nil keeps it). Note that a context deadline is always
+// real time and is compared against this clock's Now.
+func WithClock(clk Clock) Option {
+	return func(c *Client) {
+		if clk != nil {
+			c.clock = clk
+		}
+	}
+}
+
+// WithRand sets the uniform [0,1) source of the jitter (nil keeps math/rand/v2's Float64).
+// It must be safe for concurrent use if the client is shared.
+func WithRand(f func() float64) Option {
+	return func(c *Client) {
+		if f != nil {
+			c.rand = f
+		}
+	}
+}
+
+// WithUserAgent sets the User-Agent header of every request.
+func WithUserAgent(ua string) Option {
+	return func(c *Client) { c.userAgent = ua }
+}
+
+// maxErrorBody bounds how much of a non-2xx body is read (a proxy's page can be large).
+const maxErrorBody = 1 << 20
+
+// decodeError turns a non-2xx answer into a *berth.Error (API-2). A body that is not a
+// berth.ErrorBody (a proxy's HTML page, say) yields code "unavailable" for 502/503/504 and
+// "internal" otherwise, with the status in the message. RetryAfter comes from the body's
+// retry_after_s, or else from the Retry-After header read against now.
+func decodeError(status int, h http.Header, body []byte, now time.Time) *berth.Error {
+	var eb berth.ErrorBody
+	if err := json.Unmarshal(body, &eb); err == nil && eb.Error.Code != "" {
+		e := &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message, Hosts: eb.Error.Hosts}
+		if eb.Error.RetryAfterS > 0 && eb.Error.RetryAfterS <= int(maxRetryAfter/time.Second) {
+			e.RetryAfter = time.Duration(eb.Error.RetryAfterS) * time.Second
+		} else if d, ok := retryAfterHeader(h, now); ok {
+			e.RetryAfter = d
+		}
+		return e
+	}
+	code := berth.EInternal
+	if retryableStatus(status) {
+		code = berth.EUnavailable
+	}
+	msg := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
+	if snippet := strings.TrimSpace(string(body)); snippet != "" {
+		if len(snippet) > 200 {
+			snippet = snippet[:200] + "…"
+		}
+		msg += ": " + strings.Join(strings.Fields(snippet), " ")
+	}
+	e := &berth.Error{Code: code, Message: msg}
+	if d, ok := retryAfterHeader(h, now); ok {
+		e.RetryAfter = d
+	}
+	return e
+}
+
+// retryableStatus reports whether an HTTP status is one SDK-1 retries.
+func retryableStatus(status int) bool {
+	switch status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+	"github.com/spf13/cobra"
+)
+
+type clientFlags struct {
+	url, key, keyFile string
+}
+
+// client builds the SDK client: --key, else BERTH_KEY, else the dev stack's admin.key.
+func (f *clientFlags) client() (*client.Client, error) {
+	key := f.key
+	if key == "" {
+		b, err := os.ReadFile(f.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("no API key: set --key or BERTH_KEY, or start `berth dev` (it writes %s)", f.keyFile)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	return client.New(f.url, key), nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newSandboxCmd(cf *clientFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sandboxes", "sb"}, Short: "Create, inspect, exec in and kill sandboxes"}
+	var req berth.CreateRequest
+	create := &cobra.Command{
+		Use:   "create TEMPLATE",
+		Short: "Create a sandbox from a template; prints it as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			req.Template = args[0]
+			sb, err := c.CreateSandbox(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), sb)
+		},
+	}
+	create.Flags().Int64Var(&req.MemoryMiB, "memory-mb", 0, "memory, MiB (default: the template's)")
+	create.Flags().Int64Var(&req.TTLSeconds, "ttl", 0, "time to live, seconds (default 3600)")
+	create.Flags().BoolVar(&req.Stateful, "stateful", false, "stateful: charged in full, never evicted")
+
+	var state string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := c.Sandboxes(cmd.Context(), berth.SandboxState(state))
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tAGENT\tMEMORY_MB\tEXPIRES")
+			for _, s := range sbs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.Template, s.State, s.AgentID, s.MemoryMiB, s.ExpiresAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&state, "state", "", "only sandboxes in this state")
+
+	get := &cobra.Command{
+		Use: "get ID", Short: "Show one sandbox", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Sandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), sb)
+		},
+	}
+
+	var timeout int
+	exec := &cobra.Command{
+		Use:   "exec ID -- CMD [ARG...]",
+		Short: "Run a command in a sandbox; prints its output and exits with its code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Exec(cmd.Context(), args[0], berth.ExecRequest{Cmd: args[1:], TimeoutS: timeout})
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), res.Stdout)
+			fmt.Fprint(cmd.ErrOrStderr(), res.Stderr)
+			if res.ExitCode != 0 {
+				return fmt.Errorf("command exited with code %d", res.ExitCode)
+			}
+			return nil
+		},
+	}
+	exec.Flags().IntVar(&timeout, "timeout", 0, "seconds before the command is killed (default 60)")
+
+	write := &cobra.Command{
+		Use: "write ID PATH", Short: "Write stdin to a file in the sandbox", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<20+1))
+			if err != nil {
+				return err
+			}
+			return c.WriteFile(cmd.Context(), args[0], args[1], data)
+		},
+	}
+	read := &cobra.Command{
+		Use: "read ID PATH", Short: "Print a file of the sandbox", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			data, err := c.ReadFile(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(data)
+			return err
+		},
+	}
+	kill := &cobra.Command{
+		Use: "kill ID", Aliases: []string{"delete", "rm"}, Short: "Stop and delete a sandbox", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteSandbox(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "deleted", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, get, exec, write, read, kill)
+	return cmd
+}
+
+func newAgentsCmd(cf *clientFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "agents", Aliases: []string{"agent-list"}, Short: "Inspect the fleet's agents"}
+	list := &cobra.Command{
+		Use: "list", Short: "List agents with their admission figures", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			as, err := c.Agents(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tADMISSION\tTOTAL_MB\tUSED_MB\tCOMMITTED_MB\tADMITTABLE_MB\tSANDBOXES\tLAST_SEEN_S")
+			for _, a := range as {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\n", a.AgentID, a.Status, a.MemoryAdmission,
+					a.MemoryMiBTotal, a.MemoryMiBUsed, a.MemoryMiBCommitted, a.MemoryMiBAdmittable, len(a.Sandboxes), a.LastSeenS)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func newTemplatesCmd(cf *clientFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "templates", Short: "List templates", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.Templates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tMEMORY_MB\tVCPUS")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%d\t%d\n", t.Name, t.MemoryMiB, t.VCPUs)
+			}
+			return tw.Flush()
+		},
+	}
+	return cmd
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/runtime/process"
+	"github.com/berth-dev/berth/server"
+	"github.com/berth-dev/berth/store/sqlite"
+	"github.com/spf13/cobra"
+)
+
+// newServerCmd is `berth server`: one API/scheduler replica over a store. Agents join with
+// the node token (env BERTH_NODE_TOKEN).
+func newServerCmd() *cobra.Command {
+	cfg := server.DefaultConfig()
+	listen, data := "127.0.0.1:7070", defaultDataDir()
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the API and scheduler (one replica)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
+			if cfg.NodeToken == "" {
+				return errors.New("set BERTH_NODE_TOKEN: agents authenticate with it")
+			}
+			ctx := cmd.Context()
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				return err
+			}
+			st, err := sqlite.Open(ctx, filepath.Join(data, "berth.db"))
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := seedTemplates(ctx, st); err != nil {
+				return err
+			}
+			if _, err := ensureAdminKey(ctx, st, filepath.Join(data, "admin.key")); err != nil {
+				return err
+			}
+			srv := server.New(cfg, st)
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Run(ctx) }()
+			go func() {
+				<-ctx.Done()
+				shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = hs.Shutdown(shut)
+			}()
+			fmt.Fprintf(cmd.OutOrStdout(), "Berth server at http://%s (admin key in %s)\n", ln.Addr(), filepath.Join(data, "admin.key"))
+			if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", listen, "API address")
+	f.StringVar(&data, "data", data, "directory for the SQLite store and admin.key")
+	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period (for Retry-After)")
+	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry TTL (LED-2)")
+	f.StringVar(&cfg.Strategy, "strategy", cfg.Strategy, "placement strategy: spread or pack (PLC-2)")
+	return cmd
+}
+
+// newAgentCmd is `berth agent`: one host agent with the process runtime.
+func newAgentCmd() *cobra.Command {
+	cfg := agent.DefaultConfig()
+	dir, isolate := filepath.Join(defaultDataDir(), "agent"), "auto"
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run a host agent (process runtime) that joins a server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
+			if cfg.NodeToken == "" || cfg.ServerURL == "" {
+				return errors.New("set --server and BERTH_NODE_TOKEN")
+			}
+			rt, err := process.New(process.Config{Dir: dir, Isolate: isolate, Logger: cfg.Logger})
+			if err != nil {
+				return err
+			}
+			defer rt.Close()
+			a, err := agent.New(cfg, agent.ProcessRuntime(rt))
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.ServerURL, "server", os.Getenv("BERTH_URL"), "server URL")
+	f.StringVar(&cfg.ID, "id", cfg.ID, "agent id (default: hostname)")
+	f.StringVar(&cfg.Region, "region", cfg.Region, "region")
+	f.StringVar(&cfg.Pool, "pool", cfg.Pool, "pool: stateful or ephemeral (POOL-1)")
+	f.BoolVar(&cfg.Preemptible, "preemptible", cfg.Preemptible, "host may be preempted (must be ephemeral)")
+	f.StringVar(&cfg.Admission, "admission", cfg.Admission, "memory admission: committed, working-set or none (ADM-1)")
+	f.Int64Var(&cfg.MemoryMiB, "memory-mb", cfg.MemoryMiB, "memory budget, MiB (0 = MemTotal)")
+	f.Int64Var(&cfg.HeadroomMiB, "headroom-mb", cfg.HeadroomMiB, "memory kept back, MiB")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat period (AGT-1)")
+	f.IntVar(&cfg.MaxStarts, "max-starts", cfg.MaxStarts, "concurrent starts (ADM-10)")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "internal API address")
+	f.StringVar(&dir, "dir", dir, "directory for sandbox files")
+	f.StringVar(&isolate, "isolate", isolate, "sandbox isolation: auto, on or off")
+	return cmd
+}

@@ -1,0 +1,85 @@
+package berth
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Error codes are stable strings that clients branch on (SPEC API-2). They never change
+// meaning; new codes may be added.
+const (
+	ENoCapacity          = "no_capacity"           // 503: live hosts exist but none fits (PLC-4), retryable
+	ENoHealthyAgents     = "no_healthy_agents"     // 503: no live candidate at all (PLC-4), retryable, pages a human
+	EHostStartsSaturated = "host_starts_saturated" // 503: the agent's start semaphore is full (ADM-10), retryable
+	ETenantOverQuota     = "tenant_over_quota"     // 403: tenant quota reached (ADM-11), not retryable
+	ETemplateNotFound    = "template_not_found"    // 404
+	ESandboxNotFound     = "sandbox_not_found"     // 404
+	ENotFound            = "not_found"             // 404: any other missing entity (agent, tenant, route)
+	EInvalidRequest      = "invalid_request"       // 400: malformed or out-of-range input
+	EUnauthorized        = "unauthorized"          // 401: missing or wrong key
+	EForbidden           = "forbidden"             // 403: key valid but lacks the role
+	EConflict            = "conflict"              // 409: state does not allow the call
+	ETooLarge            = "request_too_large"     // 413: body over the limit
+	EUnavailable         = "unavailable"           // 503: a dependency (store, agent) failed transiently
+	EInternal            = "internal"              // 500: a bug; never caused by input
+)
+
+// Error is the one error type of Berth (STYLE habit 4). The HTTP layer maps Code to a status
+// in exactly one place (server.StatusFor); everything else wraps an *Error with %w.
+type Error struct {
+	Code    string
+	Message string
+	// RetryAfter is the server's estimate of when a retry may succeed (API-3); zero when the
+	// error is not retryable or no estimate exists.
+	RetryAfter time.Duration
+	// Hosts counts the hosts per rejection reason for capacity refusals (PLC-10, C21). The key
+	// "total" holds the number of hosts considered.
+	Hosts map[string]int
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Retryable reports whether a client should retry the call that produced this error: capacity
+// refusals and transient unavailability (the "does not fit here" kind of no, STYLE habit 3).
+func (e *Error) Retryable() bool {
+	switch e.Code {
+	case ENoCapacity, ENoHealthyAgents, EHostStartsSaturated, EUnavailable:
+		return true
+	}
+	return false
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, EInternal for any other
+// non-nil error and "" for nil.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the message of the first *Error in err's chain; for other errors it
+// returns a generic text so internal details never reach a client.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,114 @@
+// Package httpjson holds the HTTP plumbing shared by the server's public API and the agent's
+// internal API: the one code → status mapping (STYLE habit 4), error bodies (API-2) and
+// strict, size-limited JSON decoding. It imports only the root package.
+package httpjson
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/berth-dev/berth"
+)
+
+// StatusFor maps an error code to its HTTP status (API-2). Capacity refusals are 503, never
+// 429 or 500; unknown codes are 500.
+func StatusFor(code string) int {
+	switch code {
+	case berth.ENoCapacity, berth.ENoHealthyAgents, berth.EHostStartsSaturated, berth.EUnavailable:
+		return http.StatusServiceUnavailable
+	case berth.ETenantOverQuota, berth.EForbidden:
+		return http.StatusForbidden
+	case berth.ETemplateNotFound, berth.ESandboxNotFound, berth.ENotFound:
+		return http.StatusNotFound
+	case berth.EInvalidRequest:
+		return http.StatusBadRequest
+	case berth.EUnauthorized:
+		return http.StatusUnauthorized
+	case berth.EConflict:
+		return http.StatusConflict
+	case berth.ETooLarge:
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusInternalServerError
+}
+
+// WriteJSON writes v as JSON with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError writes err as an API-2 error body. Errors that are not *berth.Error become
+// "internal" with a generic message (details stay in the logs). A retryable error with a
+// RetryAfter also sets the Retry-After header in whole seconds (at least 1).
+func WriteError(w http.ResponseWriter, requestID string, err error) {
+	var e *berth.Error
+	if !errors.As(err, &e) {
+		e = &berth.Error{Code: berth.EInternal, Message: "internal error"}
+	}
+	d := berth.ErrorDetail{
+		Code:      e.Code,
+		Message:   e.Message,
+		Retryable: e.Retryable(),
+		RequestID: requestID,
+		Hosts:     e.Hosts,
+	}
+	if d.Retryable {
+		d.RetryAfterS = max(int(math.Ceil(e.RetryAfter.Seconds())), 1)
+		w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfterS))
+	}
+	if requestID != "" {
+		w.Header().Set(berth.HeaderRequestID, requestID)
+	}
+	WriteJSON(w, StatusFor(e.Code), berth.ErrorBody{Error: d})
+}
+
+// Decode reads one JSON value of at most limit bytes into v. Unknown fields, trailing data,
+// a wrong content type and oversized bodies are errors: invalid_request or request_too_large.
+func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return berth.Errorf(berth.EInvalidRequest, "content type must be application/json, not %q", ct)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, limit)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return berth.Errorf(berth.EInvalidRequest, "body must hold exactly one JSON object")
+	}
+	return nil
+}
+
+// ReadBody reads a raw body of at most limit bytes.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return nil, decodeError(err, limit)
+	}
+	return b, nil
+}
+
+func decodeError(err error, limit int64) error {
+	var mbe *http.MaxBytesError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mbe):
+		return berth.Errorf(berth.ETooLarge, "body larger than %d bytes", limit)
+	case errors.Is(err, io.EOF):
+		return berth.Errorf(berth.EInvalidRequest, "empty body: a JSON object is required")
+	case errors.As(err, &se):
+		return berth.Errorf(berth.EInvalidRequest, "malformed JSON at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return berth.Errorf(berth.EInvalidRequest, "field %q must be %s", te.Field, te.Type)
+	}
+	return berth.Errorf(berth.EInvalidRequest, "invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+

@@ -1,0 +1,93 @@
+package berth
+
+import "time"
+
+// SandboxState is the lifecycle state of a sandbox (SPEC LIF-1).
+type SandboxState string
+
+// Sandbox states (LIF-1): pending → starting → running → stopping → stopped, or one of the
+// other terminal states.
+const (
+	SandboxPending  SandboxState = "pending"
+	SandboxStarting SandboxState = "starting"
+	SandboxRunning  SandboxState = "running"
+	SandboxStopping SandboxState = "stopping"
+	SandboxStopped  SandboxState = "stopped"
+	SandboxFailed   SandboxState = "failed"
+	SandboxLost     SandboxState = "lost"
+	SandboxEvicted  SandboxState = "evicted"
+)
+
+// Terminal reports whether no further transition leaves s.
+func (s SandboxState) Terminal() bool {
+	switch s {
+	case SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the known states.
+func (s SandboxState) Valid() bool {
+	switch s {
+	case SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping,
+		SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted:
+		return true
+	}
+	return false
+}
+
+// Sandbox is the record of one sandbox as the store and the API see it (SPEC §13 sandbox
+// object). MemoryMiB is the configured size in MiB.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	Template  string            `json:"template"`
+	Tenant    string            `json:"tenant"`
+	AgentID   string            `json:"agent_id"`
+	State     SandboxState      `json:"state"`
+	MemoryMiB int64             `json:"memory_mb"`
+	VCPUs     int               `json:"vcpus"`
+	Stateful  bool              `json:"stateful"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// Reason explains the latest transition (e.g. "ttl", "deleted", "agent refused").
+	Reason string `json:"reason,omitempty"`
+	// IdempotencyKey is the create's Idempotency-Key (API-4); never serialised.
+	IdempotencyKey string `json:"-"`
+}
+
+// Template is a named sandbox image with a baked memory size in MiB and vCPU count.
+type Template struct {
+	Name      string `json:"name"`
+	MemoryMiB int64  `json:"memory_mb"`
+	VCPUs     int    `json:"vcpus"`
+}
+
+// CreateRequest is the body of POST /v1/sandboxes (SPEC §13). MemoryMiB and VCPUs, when set,
+// override the template's; TTLSeconds bounds the sandbox's life (AGT-7).
+type CreateRequest struct {
+	Template   string            `json:"template"`
+	MemoryMiB  int64             `json:"memory_mb,omitempty"`
+	VCPUs      int               `json:"vcpus,omitempty"`
+	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
+	Stateful   bool              `json:"stateful,omitempty"`
+	Volume     string            `json:"volume,omitempty"`
+	Region     string            `json:"region,omitempty"`
+	Pool       string            `json:"pool,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec. TimeoutS is in seconds.
+type ExecRequest struct {
+	Cmd      []string `json:"cmd"`
+	Stdin    string   `json:"stdin,omitempty"`
+	TimeoutS int      `json:"timeout_s,omitempty"`
+}
+
+// ExecResult is the answer of an exec: the exit code and the captured output (each capped).
+type ExecResult struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}

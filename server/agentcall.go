@@ -1,0 +1,117 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// agentCaller calls agents' internal API (agent.Handler) with the node token. Transport
+// failures become unavailable errors so the scheduler moves on to the next host (PLC-7).
+type agentCaller struct {
+	http  *http.Client
+	token string
+}
+
+func newAgentCaller(token string, timeout time.Duration) *agentCaller {
+	return &agentCaller{http: &http.Client{Timeout: timeout}, token: token}
+}
+
+func (c *agentCaller) create(ctx context.Context, addr string, ac berth.AgentCreate) error {
+	_, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes", nil, ac, http.StatusCreated)
+	return err
+}
+
+func (c *agentCaller) delete(ctx context.Context, addr, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, addr, "/internal/sandboxes/"+url.PathEscape(id), nil, nil, http.StatusNoContent)
+	return err
+}
+
+func (c *agentCaller) exec(ctx context.Context, addr, id string, req berth.ExecRequest) (berth.ExecResult, error) {
+	var res berth.ExecResult
+	b, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/exec", nil, req, http.StatusOK)
+	if err != nil {
+		return res, err
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, berth.Errorf(berth.EUnavailable, "agent answered exec with bad JSON: %v", err)
+	}
+	return res, nil
+}
+
+func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, data []byte) error {
+	q := url.Values{"path": {path}}
+	_, err := c.do(ctx, http.MethodPut, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/files", q, data, http.StatusNoContent)
+	return err
+}
+
+func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) ([]byte, error) {
+	q := url.Values{"path": {path}}
+	return c.do(ctx, http.MethodGet, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/files", q, nil, http.StatusOK)
+}
+
+func (c *agentCaller) drain(ctx context.Context, addr string, draining bool, reason string) error {
+	if draining {
+		_, err := c.do(ctx, http.MethodPost, addr, "/internal/drain", url.Values{"reason": {reason}}, nil, http.StatusAccepted)
+		return err
+	}
+	_, err := c.do(ctx, http.MethodPost, addr, "/internal/undrain", nil, nil, http.StatusOK)
+	return err
+}
+
+// do sends one request. body is JSON-encoded unless it is []byte (sent raw). An answer with
+// another status is decoded as an API-2 error body; anything else is unavailable.
+func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.Values, body any, want int) ([]byte, error) {
+	if addr == "" {
+		return nil, berth.Errorf(berth.EUnavailable, "agent has no address yet")
+	}
+	u := addr + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	ctype := ""
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd, ctype = bytes.NewReader(b), "application/octet-stream"
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("encode agent request: %w", err)
+		}
+		rd, ctype = bytes.NewReader(buf), "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	req.Header.Set(berth.HeaderNodeToken, c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 80<<20))
+	if err != nil {
+		return nil, berth.Errorf(berth.EUnavailable, "agent answer cut: %v", err)
+	}
+	if resp.StatusCode == want {
+		return b, nil
+	}
+	var eb berth.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+		return nil, &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+	}
+	return nil, berth.Errorf(berth.EUnavailable, "agent answered %s", resp.Status)
+}

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// principal is who made a request: a tenant or admin API key.
+type principal struct {
+	Tenant string
+	Role   string
+}
+
+func (p principal) admin() bool { return p.Role == berth.RoleAdmin }
+
+// HashKey returns the hex SHA-256 of an API key secret: the only form a key is stored in
+// (API-1). Keys are 256-bit random strings, so a fast hash is enough; no password stretching.
+func HashKey(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// authenticator resolves bearer keys, caching positive lookups for a few seconds so the
+// create path does not read the store for every request.
+type authenticator struct {
+	store     berth.TenantStore
+	nodeToken []byte
+
+	mu    sync.Mutex
+	cache map[string]cachedKey
+}
+
+type cachedKey struct {
+	p   principal
+	exp time.Time
+}
+
+const keyCacheTTL = 10 * time.Second
+
+func newAuthenticator(st berth.TenantStore, nodeToken string) *authenticator {
+	return &authenticator{store: st, nodeToken: []byte(nodeToken), cache: map[string]cachedKey{}}
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// key resolves the request's API key. Errors: unauthorized, or unavailable if the store fails.
+func (a *authenticator) key(ctx context.Context, r *http.Request) (principal, error) {
+	secret := bearer(r)
+	if secret == "" {
+		return principal{}, berth.Errorf(berth.EUnauthorized, "missing API key: send Authorization: Bearer <key>")
+	}
+	h := HashKey(secret)
+	now := time.Now()
+	a.mu.Lock()
+	c, ok := a.cache[h]
+	a.mu.Unlock()
+	if ok && now.Before(c.exp) {
+		return c.p, nil
+	}
+	k, err := a.store.APIKeyByHash(ctx, h)
+	if errors.Is(err, berth.ErrNotFound) {
+		return principal{}, berth.Errorf(berth.EUnauthorized, "unknown API key")
+	}
+	if err != nil {
+		return principal{}, berth.Errorf(berth.EUnavailable, "key lookup failed: %v", err)
+	}
+	p := principal{Tenant: k.Tenant, Role: k.Role}
+	a.mu.Lock()
+	if len(a.cache) > 10000 {
+		clear(a.cache)
+	}
+	a.cache[h] = cachedKey{p, now.Add(keyCacheTTL)}
+	a.mu.Unlock()
+	return p, nil
+}
+
+// node checks the request carries the node token (heartbeats), in constant time.
+func (a *authenticator) node(r *http.Request) error {
+	got := []byte(bearer(r))
+	if len(a.nodeToken) == 0 || subtle.ConstantTimeCompare(got, a.nodeToken) != 1 {
+		return berth.Errorf(berth.EUnauthorized, "missing or wrong node token")
+	}
+	return nil
+}

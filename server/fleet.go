@@ -1,0 +1,298 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
+	"github.com/berth-dev/berth/internal/httpjson"
+)
+
+// DeadAfter is when a silent agent is reported dead rather than stale (LIF-1, default 5 min).
+const DeadAfter = 5 * time.Minute
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ principal) error {
+	ts, err := s.store.Templates(r.Context())
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "list templates: %v", err)
+	}
+	if ts == nil {
+		ts = []berth.Template{}
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"templates": ts})
+	return nil
+}
+
+// putTemplate is PUT /v1/templates/{name} (admin): {"memory_mb","vcpus"}.
+func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, _ principal) error {
+	var t berth.Template
+	if err := httpjson.Decode(w, r, maxJSONBytes, &t); err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if t.Name != "" && t.Name != name {
+		return berth.Errorf(berth.EInvalidRequest, "body name %q differs from path %q", t.Name, name)
+	}
+	t.Name = name
+	if !nameRE.MatchString(name) || t.MemoryMiB <= 0 || t.MemoryMiB > s.cfg.MaxSandboxMiB || t.VCPUs <= 0 || t.VCPUs > maxVCPUs {
+		return berth.Errorf(berth.EInvalidRequest, "template needs a lowercase name, memory_mb in 1..%d and vcpus in 1..%d", s.cfg.MaxSandboxMiB, maxVCPUs)
+	}
+	if err := s.store.PutTemplate(r.Context(), t); err != nil {
+		return berth.Errorf(berth.EUnavailable, "store template: %v", err)
+	}
+	httpjson.WriteJSON(w, http.StatusOK, t)
+	return nil
+}
+
+// listAgents is GET /v1/agents: the AGT-1 fields plus last_seen_s; status shows the derived
+// stale and dead states (LIF-1).
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal) error {
+	as, err := s.store.Agents(r.Context())
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "list agents: %v", err)
+	}
+	now := s.cfg.Clock()
+	for i := range as {
+		age := now.Sub(as[i].LastSeen)
+		as[i].LastSeenS = float64(age.Milliseconds()) / 1000
+		switch {
+		case age >= DeadAfter:
+			as[i].Status = berth.AgentDead
+		case age >= s.cfg.StaleAfter:
+			as[i].Status = berth.AgentStale
+		}
+	}
+	if as == nil {
+		as = []berth.Agent{}
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"agents": as})
+	return nil
+}
+
+type drainBody struct {
+	Reason string `json:"reason"`
+}
+
+func (s *Server) drainAgent(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.setDrain(w, r, p, true)
+}
+
+func (s *Server) undrainAgent(w http.ResponseWriter, r *http.Request, p principal) error {
+	return s.setDrain(w, r, p, false)
+}
+
+// setDrain marks the agent row (every replica's placement honours it on its next read, and
+// this one at once), then tells the agent so it closes its own intake (AGT-5). The agent
+// call is best effort: the row alone already stops placement.
+func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, draining bool) error {
+	var b drainBody
+	if r.ContentLength != 0 {
+		if err := httpjson.Decode(w, r, maxJSONBytes, &b); err != nil {
+			return err
+		}
+	}
+	if draining && b.Reason == "" {
+		b.Reason = "operator"
+	}
+	id := r.PathValue("id")
+	err := s.store.SetAgentDrain(r.Context(), id, draining, b.Reason, "tenant/"+p.Tenant, s.cfg.Clock())
+	if errors.Is(err, berth.ErrNotFound) {
+		return berth.Errorf(berth.ENotFound, "no agent %q", id)
+	}
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "record drain: %v", err)
+	}
+	if a, err := s.store.Agent(r.Context(), id); err == nil {
+		s.sched.observe(a)
+		if err := s.agents.drain(r.Context(), a.Address, draining, b.Reason); err != nil {
+			s.log.Warn("agent did not take the drain call; the store mark holds", "agent", id, "err", err)
+		}
+	}
+	status := http.StatusOK
+	if draining {
+		status = http.StatusAccepted
+	}
+	httpjson.WriteJSON(w, status, map[string]any{"agent_id": id, "draining": draining, "reason": b.Reason})
+	return nil
+}
+
+// heartbeat is POST /v1/agents/heartbeat with the node token (AGT-1). It records the
+// heartbeat, nets the ledger (LED-4) and applies the agent's ended sandboxes in one store
+// transaction, then folds the agent into this replica's snapshot.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	if err := s.auth.node(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var hb berth.Heartbeat
+	if err := httpjson.Decode(w, r, maxHeartbeatBytes, &hb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validateHeartbeat(hb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := s.cfg.Clock()
+	if _, err := s.store.ApplyHeartbeat(r.Context(), hb, now); err != nil {
+		s.writeError(w, r, berth.Errorf(berth.EUnavailable, "record heartbeat: %v", err))
+		return
+	}
+	if a, err := s.store.Agent(r.Context(), hb.AgentID); err == nil {
+		s.sched.observe(a)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func validateHeartbeat(hb berth.Heartbeat) error {
+	switch {
+	case hb.AgentID == "" || len(hb.AgentID) > 128:
+		return berth.Errorf(berth.EInvalidRequest, "agent_id must be 1–128 bytes")
+	case !admission.ValidMode(hb.MemoryAdmission):
+		return berth.Errorf(berth.EInvalidRequest, "memory_admission must be committed, working-set or none")
+	case hb.MemoryMiBTotal < 0 || hb.MemoryMiBAdmittable < 0 || hb.MemoryMiBAdmittable > hb.MemoryMiBTotal:
+		return berth.Errorf(berth.EInvalidRequest, "memory figures must satisfy 0 ≤ admittable ≤ total")
+	case hb.Status != "" && hb.Status != berth.AgentActive && hb.Status != berth.AgentDraining:
+		return berth.Errorf(berth.EInvalidRequest, "status must be active or draining")
+	case hb.Pool != "" && hb.Pool != berth.PoolStateful && hb.Pool != berth.PoolEphemeral:
+		return berth.Errorf(berth.EInvalidRequest, "pool must be stateful or ephemeral")
+	case hb.Preemptible && hb.Pool != berth.PoolEphemeral:
+		return berth.Errorf(berth.EInvalidRequest, "a preemptible agent must be ephemeral (POOL-1)")
+	}
+	for _, e := range hb.Ended {
+		if !e.State.Terminal() {
+			return berth.Errorf(berth.EInvalidRequest, "ended sandbox %s has non-terminal state %q", e.ID, e.State)
+		}
+	}
+	return nil
+}
+
+// listEvents is GET /v1/events?entity=&since=&limit= (LIF-3). Tenants may read the events of
+// their own sandboxes only; admins read all.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal) error {
+	q := r.URL.Query()
+	f := berth.EventFilter{Entity: q.Get("entity")}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return berth.Errorf(berth.EInvalidRequest, "since must be an RFC 3339 time")
+		}
+		f.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return berth.Errorf(berth.EInvalidRequest, "limit must be 1..10000")
+		}
+		f.Limit = n
+	}
+	if !p.admin() {
+		id, ok := cutPrefix(f.Entity, "sandbox/")
+		if !ok || id == "" {
+			return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes only (entity=sandbox/<id>)")
+		}
+		if _, err := s.sandboxFor(r.Context(), p, id); err != nil {
+			return err
+		}
+	}
+	evs, err := s.store.Events(r.Context(), f)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "list events: %v", err)
+	}
+	if evs == nil {
+		evs = []berth.Event{}
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"events": evs})
+	return nil
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
+
+// listReservations is GET /v1/reservations (admin): the ledger as it stands (LED-3).
+func (s *Server) listReservations(w http.ResponseWriter, r *http.Request, _ principal) error {
+	rs, err := s.store.Reservations(r.Context())
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "list reservations: %v", err)
+	}
+	if rs == nil {
+		rs = []berth.Reservation{}
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"reservations": rs})
+	return nil
+}
+
+type tenantBody struct {
+	Name string `json:"name"`
+}
+
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principal) error {
+	var b tenantBody
+	if err := httpjson.Decode(w, r, maxJSONBytes, &b); err != nil {
+		return err
+	}
+	if !nameRE.MatchString(b.Name) {
+		return berth.Errorf(berth.EInvalidRequest, "tenant name must be lowercase letters, digits, '.', '_' or '-', at most 63")
+	}
+	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC()}
+	if err := s.store.PutTenant(r.Context(), t); err != nil {
+		return berth.Errorf(berth.EUnavailable, "store tenant: %v", err)
+	}
+	httpjson.WriteJSON(w, http.StatusCreated, t)
+	return nil
+}
+
+type keyBody struct {
+	Role string `json:"role"`
+}
+
+// APIKeySecret is the answer of key creation: the secret is shown exactly once.
+type APIKeySecret struct {
+	berth.APIKey
+	Key string `json:"key"`
+}
+
+func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, _ principal) error {
+	var b keyBody
+	if r.ContentLength != 0 {
+		if err := httpjson.Decode(w, r, maxJSONBytes, &b); err != nil {
+			return err
+		}
+	}
+	if b.Role == "" {
+		b.Role = berth.RoleTenant
+	}
+	if b.Role != berth.RoleTenant && b.Role != berth.RoleAdmin {
+		return berth.Errorf(berth.EInvalidRequest, "role must be tenant or admin")
+	}
+	secret := NewKeySecret()
+	k := berth.APIKey{ID: newID("key"), Tenant: r.PathValue("name"), Role: b.Role, Hash: HashKey(secret), CreatedAt: s.cfg.Clock().UTC()}
+	err := s.store.PutAPIKey(r.Context(), k)
+	if errors.Is(err, berth.ErrNotFound) {
+		return berth.Errorf(berth.ENotFound, "no tenant %q", k.Tenant)
+	}
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "store key: %v", err)
+	}
+	httpjson.WriteJSON(w, http.StatusCreated, APIKeySecret{APIKey: k, Key: secret})
+	return nil
+}
+
+// NewKeySecret returns a fresh API key secret: "bk_" and 256 random bits, base64url.
+func NewKeySecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "bk_" + base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/httpjson"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Body limits: JSON requests 1 MiB, heartbeats 8 MiB (they list every held sandbox),
+// files 64 MiB.
+const (
+	maxJSONBytes      = 1 << 20
+	maxHeartbeatBytes = 8 << 20
+	maxFileBytes      = 64 << 20
+)
+
+type ctxKey int
+
+const requestIDKey ctxKey = 0
+
+// apiFunc is a handler that returns its error; api() writes it as an API-2 body.
+type apiFunc func(w http.ResponseWriter, r *http.Request, p principal) error
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	tenant := func(f apiFunc) http.HandlerFunc { return s.api(f, false) }
+	admin := func(f apiFunc) http.HandlerFunc { return s.api(f, true) }
+
+	mux.HandleFunc("POST /v1/sandboxes", tenant(s.createSandbox))
+	mux.HandleFunc("GET /v1/sandboxes", tenant(s.listSandboxes))
+	mux.HandleFunc("GET /v1/sandboxes/{id}", tenant(s.getSandbox))
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", tenant(s.deleteSandbox))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", tenant(s.execSandbox))
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", tenant(s.writeFile))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files", tenant(s.readFile))
+
+	mux.HandleFunc("GET /v1/templates", tenant(s.listTemplates))
+	mux.HandleFunc("PUT /v1/templates/{name}", admin(s.putTemplate))
+	mux.HandleFunc("GET /v1/agents", admin(s.listAgents))
+	mux.HandleFunc("POST /v1/agents/{id}/drain", admin(s.drainAgent))
+	mux.HandleFunc("POST /v1/agents/{id}/undrain", admin(s.undrainAgent))
+	mux.HandleFunc("POST /v1/agents/heartbeat", s.heartbeat)
+	mux.HandleFunc("GET /v1/events", tenant(s.listEvents))
+	mux.HandleFunc("GET /v1/reservations", admin(s.listReservations))
+	mux.HandleFunc("POST /v1/tenants", admin(s.createTenant))
+	mux.HandleFunc("POST /v1/tenants/{name}/keys", admin(s.createAPIKey))
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return s.recoverer(mux)
+}
+
+// recoverer gives every request an id and turns a panic into a logged 500 (a bug, never
+// input's fault) instead of a dropped connection.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := newID("req")
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+		w.Header().Set(berth.HeaderRequestID, id)
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in handler", "request_id", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				httpjson.WriteError(w, id, berth.Errorf(berth.EInternal, "internal error"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.auth.key(r.Context(), r)
+		if err == nil && adminOnly && !p.admin() {
+			err = berth.Errorf(berth.EForbidden, "this call needs an admin key")
+		}
+		if err == nil {
+			err = f(w, r, p)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := berth.ErrorCode(err)
+	if code == berth.EInternal {
+		s.log.Error("internal error", "request_id", requestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	httpjson.WriteError(w, requestID(r.Context()), err)
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.Ping(r.Context()); err != nil {
+		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.EUnavailable, "store not reachable: %v", err))
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

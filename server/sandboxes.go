@@ -1,0 +1,327 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/httpjson"
+)
+
+// Input bounds for creates; anything outside is invalid_request, never a 500.
+const (
+	maxVCPUs          = 1024
+	maxMetadataKeys   = 32
+	maxMetadataKeyLen = 63
+	maxMetadataValLen = 256
+	maxIdemKeyLen     = 255
+	maxExecTimeoutS   = 3600
+	defaultExecS      = 60
+)
+
+// validateCreate fills defaults from the template and checks every field's range.
+func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (berth.Template, error) {
+	if req.Template == "" {
+		return berth.Template{}, berth.Errorf(berth.EInvalidRequest, "template is required")
+	}
+	t, err := s.store.Template(ctx, req.Template)
+	if errors.Is(err, berth.ErrNotFound) {
+		return t, berth.Errorf(berth.ETemplateNotFound, "no template %q", req.Template)
+	}
+	if err != nil {
+		return t, berth.Errorf(berth.EUnavailable, "read template: %v", err)
+	}
+	switch {
+	case req.MemoryMiB < 0 || req.MemoryMiB > s.cfg.MaxSandboxMiB:
+		return t, berth.Errorf(berth.EInvalidRequest, "memory_mb must be between 1 and %d MiB", s.cfg.MaxSandboxMiB)
+	case req.VCPUs < 0 || req.VCPUs > maxVCPUs:
+		return t, berth.Errorf(berth.EInvalidRequest, "vcpus must be between 1 and %d", maxVCPUs)
+	case req.TTLSeconds < 0 || req.TTLSeconds > int64(s.cfg.MaxTTL/time.Second):
+		return t, berth.Errorf(berth.EInvalidRequest, "ttl_seconds must be between 1 and %d", int64(s.cfg.MaxTTL/time.Second))
+	case req.Pool != "" && req.Pool != berth.PoolStateful && req.Pool != berth.PoolEphemeral:
+		return t, berth.Errorf(berth.EInvalidRequest, "pool must be %q or %q", berth.PoolStateful, berth.PoolEphemeral)
+	case req.Stateful && req.Pool == berth.PoolEphemeral:
+		return t, berth.Errorf(berth.EInvalidRequest, "stateful sandboxes run only in the stateful pool (POOL-2)")
+	case req.Volume != "":
+		return t, berth.Errorf(berth.EInvalidRequest, "volumes are not supported yet (POOL-2 arrives with host-pinned volumes)")
+	case len(req.Region) > 64:
+		return t, berth.Errorf(berth.EInvalidRequest, "region is longer than 64 characters")
+	case len(req.Metadata) > maxMetadataKeys:
+		return t, berth.Errorf(berth.EInvalidRequest, "metadata has more than %d keys", maxMetadataKeys)
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > maxMetadataKeyLen || len(v) > maxMetadataValLen {
+			return t, berth.Errorf(berth.EInvalidRequest, "metadata keys must be 1–%d bytes and values at most %d", maxMetadataKeyLen, maxMetadataValLen)
+		}
+	}
+	return t, nil
+}
+
+// createSandbox is POST /v1/sandboxes: validate, honour Idempotency-Key (API-4), place
+// (PLC), record. The sandbox row is written once the agent has it running, so a refused
+// create leaves nothing behind; a concurrent create with the same key that loses the
+// insert stops its own copy and answers with the winner's sandbox.
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
+	start := time.Now()
+	outcome := "internal"
+	defer func() { s.metrics.createSecond.WithLabelValues(outcome).Observe(time.Since(start).Seconds()) }()
+
+	var req berth.CreateRequest
+	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+		outcome = berth.ErrorCode(err)
+		return err
+	}
+	idem := r.Header.Get(berth.HeaderIdempotencyKey)
+	if len(idem) > maxIdemKeyLen {
+		outcome = berth.EInvalidRequest
+		return berth.Errorf(berth.EInvalidRequest, "Idempotency-Key is longer than %d bytes", maxIdemKeyLen)
+	}
+	t, err := s.validateCreate(r.Context(), req)
+	if err != nil {
+		outcome = berth.ErrorCode(err)
+		return err
+	}
+	if idem != "" {
+		if sb, err := s.store.SandboxByIdempotencyKey(r.Context(), p.Tenant, idem); err == nil {
+			outcome = "replayed"
+			httpjson.WriteJSON(w, http.StatusCreated, sb)
+			return nil
+		}
+	}
+	now := s.cfg.Clock().UTC()
+	ttl := s.cfg.DefaultTTL
+	if req.TTLSeconds > 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	sb := berth.Sandbox{
+		ID: newID("sb"), Template: t.Name, Tenant: p.Tenant, State: berth.SandboxRunning,
+		MemoryMiB: cmpOr(req.MemoryMiB, t.MemoryMiB), VCPUs: cmpOr(req.VCPUs, t.VCPUs),
+		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
+		Metadata: req.Metadata, IdempotencyKey: idem,
+	}
+	pl, err := s.sched.place(r.Context(), sb, req)
+	if err != nil {
+		outcome = berth.ErrorCode(err)
+		return err
+	}
+	sb.AgentID = pl.AgentID
+	sb.Reason = "placed on agent/" + pl.AgentID
+	err = s.store.CreateSandbox(r.Context(), sb, "tenant/"+p.Tenant, s.cfg.Clock())
+	if err != nil {
+		// Undo the start: nothing may run that the store does not know about.
+		undo, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if derr := s.agents.delete(undo, pl.Address, sb.ID); derr != nil {
+			s.log.Error("could not stop sandbox after failed insert", "sandbox", sb.ID, "agent", pl.AgentID, "err", derr)
+		}
+		pl.Release()
+		if errors.Is(err, berth.ErrIdempotencyConflict) {
+			first, ferr := s.store.SandboxByIdempotencyKey(r.Context(), p.Tenant, idem)
+			if ferr == nil {
+				outcome = "replayed"
+				httpjson.WriteJSON(w, http.StatusCreated, first)
+				return nil
+			}
+		}
+		outcome = berth.EUnavailable
+		return berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
+	}
+	outcome = "created"
+	if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
+		if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
+			s.metrics.firstRefusal.Observe(d.Seconds())
+		}
+	}
+	s.log.Info("sandbox created", "sandbox", sb.ID, "agent", sb.AgentID, "tenant", p.Tenant, "memory_mb", sb.MemoryMiB)
+	httpjson.WriteJSON(w, http.StatusCreated, sb)
+	return nil
+}
+
+func cmpOr[T int | int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// sandboxFor returns the sandbox if the principal may see it; other tenants' sandboxes are
+// sandbox_not_found, exactly like missing ones.
+func (s *Server) sandboxFor(ctx context.Context, p principal, id string) (berth.Sandbox, error) {
+	sb, err := s.store.Sandbox(ctx, id)
+	if errors.Is(err, berth.ErrNotFound) || (err == nil && !p.admin() && sb.Tenant != p.Tenant) {
+		return sb, berth.Errorf(berth.ESandboxNotFound, "no sandbox %q", id)
+	}
+	if err != nil {
+		return sb, berth.Errorf(berth.EUnavailable, "read sandbox: %v", err)
+	}
+	return sb, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
+	sb, err := s.sandboxFor(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpjson.WriteJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p principal) error {
+	f := berth.SandboxFilter{State: berth.SandboxState(r.URL.Query().Get("state"))}
+	if f.State != "" && !f.State.Valid() {
+		return berth.Errorf(berth.EInvalidRequest, "unknown state %q", f.State)
+	}
+	if !p.admin() {
+		f.Tenant = p.Tenant
+	}
+	sbs, err := s.store.Sandboxes(r.Context(), f)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "list sandboxes: %v", err)
+	}
+	if sbs == nil {
+		sbs = []berth.Sandbox{}
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"sandboxes": sbs})
+	return nil
+}
+
+// deleteSandbox is DELETE /v1/sandboxes/{id}: idempotent 204. The sandbox is stopping until
+// its agent confirms the stop; if the agent cannot be reached the answer is 503 and a retry
+// (the SDK retries DELETE) tries again.
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
+	sb, err := s.sandboxFor(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	actor := "tenant/" + p.Tenant
+	if !sb.State.Terminal() {
+		now := s.cfg.Clock()
+		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, nil, berth.SandboxStopping, "delete requested", actor, now); err != nil {
+			return berth.Errorf(berth.EUnavailable, "record stopping: %v", err)
+		}
+		addr, err := s.agentAddress(r.Context(), sb.AgentID)
+		if err == nil {
+			err = s.agents.delete(r.Context(), addr, sb.ID)
+		}
+		if err != nil {
+			return berth.Errorf(berth.EUnavailable, "agent %s did not confirm the stop (retry the delete): %v", sb.AgentID, err)
+		}
+		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, []berth.SandboxState{berth.SandboxStopping}, berth.SandboxStopped, "deleted", actor, s.cfg.Clock()); err != nil {
+			return berth.Errorf(berth.EUnavailable, "record stopped: %v", err)
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) agentAddress(ctx context.Context, agentID string) (string, error) {
+	a, err := s.store.Agent(ctx, agentID)
+	if err != nil {
+		return "", fmt.Errorf("agent %s: %w", agentID, err)
+	}
+	return a.Address, nil
+}
+
+// runningOn returns the address of the agent running sandbox id, or conflict when the
+// sandbox is not running.
+func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.Sandbox, string, error) {
+	sb, err := s.sandboxFor(ctx, p, id)
+	if err != nil {
+		return sb, "", err
+	}
+	if sb.State != berth.SandboxRunning {
+		return sb, "", berth.Errorf(berth.EConflict, "sandbox %s is %s, not running", id, sb.State)
+	}
+	addr, err := s.agentAddress(ctx, sb.AgentID)
+	if err != nil {
+		return sb, "", berth.Errorf(berth.EUnavailable, "%v", err)
+	}
+	return sb, addr, nil
+}
+
+func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req berth.ExecRequest
+	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+		return err
+	}
+	switch {
+	case len(req.Cmd) == 0 || req.Cmd[0] == "":
+		return berth.Errorf(berth.EInvalidRequest, "cmd must name a program")
+	case len(req.Cmd) > 1024:
+		return berth.Errorf(berth.EInvalidRequest, "cmd has more than 1024 arguments")
+	case req.TimeoutS < 0 || req.TimeoutS > maxExecTimeoutS:
+		return berth.Errorf(berth.EInvalidRequest, "timeout_s must be between 1 and %d", maxExecTimeoutS)
+	}
+	for _, a := range req.Cmd {
+		if strings.IndexByte(a, 0) >= 0 {
+			return berth.Errorf(berth.EInvalidRequest, "cmd arguments may not contain NUL bytes")
+		}
+	}
+	if req.TimeoutS == 0 {
+		req.TimeoutS = defaultExecS
+	}
+	sb, addr, err := s.runningOn(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(req.TimeoutS+10)*time.Second)
+	defer cancel()
+	res, err := s.agents.exec(ctx, addr, sb.ID, req)
+	if err != nil {
+		return err
+	}
+	httpjson.WriteJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// filePath validates ?path=: absolute, clean, no NUL, at most 4096 bytes.
+func filePath(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" || !strings.HasPrefix(p, "/") || len(p) > 4096 || strings.IndexByte(p, 0) >= 0 || path.Clean(p) != p {
+		return "", berth.Errorf(berth.EInvalidRequest, "path must be a clean absolute path, e.g. /tmp/data.txt")
+	}
+	return p, nil
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, p principal) error {
+	fp, err := filePath(r)
+	if err != nil {
+		return err
+	}
+	data, err := httpjson.ReadBody(w, r, maxFileBytes)
+	if err != nil {
+		return err
+	}
+	sb, addr, err := s.runningOn(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if err := s.agents.writeFile(r.Context(), addr, sb.ID, fp, data); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, p principal) error {
+	fp, err := filePath(r)
+	if err != nil {
+		return err
+	}
+	sb, addr, err := s.runningOn(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	data, err := s.agents.readFile(r.Context(), addr, sb.ID, fp)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(data)
+	return nil
+}

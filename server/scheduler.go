@@ -1,0 +1,283 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/placement"
+)
+
+// scheduler places creates (PLC-1…8): Pick over a cached snapshot of the agent table, a
+// reservation taken in the store atomically with the fits check (LED-1), the agent's own
+// local gate, and the next host when an agent says no (PLC-7). The cache holds positive facts
+// only; before any refusal it re-reads the store and picks once more (PLC-6, C22).
+type scheduler struct {
+	store   berth.Store
+	cfg     Config
+	agents  *agentCaller
+	metrics *metrics
+
+	mu       sync.RWMutex
+	hosts    []placement.Host
+	index    map[string]int // agent id → position in hosts
+	addrs    []string       // agent base URLs, parallel to hosts
+	loadedAt time.Time
+	rng      *rand.PCG
+}
+
+func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *scheduler {
+	return &scheduler{store: st, cfg: cfg, agents: ac, metrics: m,
+		index: map[string]int{}, rng: rand.NewPCG(rand.Uint64(), rand.Uint64())}
+}
+
+// refresh re-reads agents and pending reservations from the store into the snapshot.
+func (s *scheduler) refresh(ctx context.Context) error {
+	now := s.cfg.Clock()
+	agents, err := s.store.Agents(ctx)
+	if err != nil {
+		return fmt.Errorf("read agents: %w", err)
+	}
+	pending, err := s.store.Pending(ctx, now)
+	if err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	sort.Slice(agents, func(i, j int) bool { return agents[i].AgentID < agents[j].AgentID })
+	hosts := make([]placement.Host, len(agents))
+	addrs := make([]string, len(agents))
+	index := make(map[string]int, len(agents))
+	for i, a := range agents {
+		hosts[i] = hostOf(a, pending[a.AgentID])
+		addrs[i] = a.Address
+		index[a.AgentID] = i
+	}
+	s.mu.Lock()
+	s.hosts, s.addrs, s.index, s.loadedAt = hosts, addrs, index, now
+	s.mu.Unlock()
+	return nil
+}
+
+func hostOf(a berth.Agent, pendingMiB int64) placement.Host {
+	return placement.Host{
+		ID:            a.AgentID,
+		LastSeenNano:  a.LastSeen.UnixNano(),
+		Draining:      a.Status == berth.AgentDraining || a.DrainReason != "",
+		IntakeOpen:    a.IntakeOpen,
+		Preemptible:   a.Preemptible,
+		StreamRestore: a.StreamRestoreEnabled,
+		Region:        a.Region,
+		Pool:          a.Pool,
+		Mode:          a.MemoryAdmission,
+		AdmittableMiB: a.MemoryMiBAdmittable,
+		PendingMiB:    pendingMiB,
+		CPUTotal:      a.CPUTotal,
+		CPUUsed:       a.CPUUsed,
+	}
+}
+
+// observe folds a heartbeat this replica just stored into the snapshot, so the cache stays
+// current between refreshes. Netted reservations are subtracted by the next refresh.
+func (s *scheduler) observe(a berth.Agent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.index[a.AgentID]
+	if !ok {
+		s.loadedAt = time.Time{} // unknown agent: force a refresh on the next create
+		return
+	}
+	s.hosts[i] = hostOf(a, s.hosts[i].PendingMiB)
+	s.addrs[i] = a.Address
+}
+
+// adjustPending adds delta MiB to the cached pending reservations of an agent.
+func (s *scheduler) adjustPending(agentID string, delta int64) {
+	s.mu.Lock()
+	if i, ok := s.index[agentID]; ok {
+		s.hosts[i].PendingMiB = max(s.hosts[i].PendingMiB+delta, 0)
+	}
+	s.mu.Unlock()
+}
+
+// placed is a successful placement: the agent now runs the sandbox, and release gives back
+// the ledger entry (idempotent, PLC-3). The reservation is otherwise netted by the agent's
+// next heartbeat (LED-4).
+type placed struct {
+	AgentID string
+	Address string
+	Release func()
+}
+
+// place finds a host for sb, reserves its charge in the ledger and has the agent start it.
+// It tries up to cfg.MaxHostsPerCreate hosts (PLC-7). The error is a *berth.Error: a refusal
+// (no_capacity, no_healthy_agents, host_starts_saturated) with hosts counts and Retry-After,
+// or unavailable when the store fails.
+func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest) (placed, error) {
+	s.mu.RLock()
+	stale := s.cfg.Clock().Sub(s.loadedAt) > s.cfg.CacheTTL
+	s.mu.RUnlock()
+	if stale {
+		if err := s.refresh(ctx); err != nil {
+			return placed{}, berth.Errorf(berth.EUnavailable, "store: %v", err)
+		}
+	}
+	preq := placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool}
+	excluded := map[string]string{} // agent id → code it refused with
+	reread := false
+	var lastAgentErr error
+	for attempt := 0; ; {
+		d, host, addr := s.pick(preq, excluded)
+		if d.Index < 0 {
+			if !reread {
+				// PLC-6: never serve a refusal from the cache.
+				reread = true
+				if err := s.refresh(ctx); err != nil {
+					return placed{}, berth.Errorf(berth.EUnavailable, "store: %v", err)
+				}
+				continue
+			}
+			return placed{}, s.refusal(ctx, d, sb, lastAgentErr)
+		}
+		if attempt >= s.cfg.MaxHostsPerCreate {
+			return placed{}, s.refusal(ctx, d, sb, lastAgentErr)
+		}
+		attempt++
+		res := berth.Reservation{
+			ID: newID("rsv"), AgentID: host, SandboxID: sb.ID, MiB: d.ChargeMiB,
+			Owner: s.cfg.ReplicaID, CreatedAt: s.cfg.Clock(), ExpiresAt: s.cfg.Clock().Add(s.cfg.ReservationTTL),
+		}
+		ok, err := s.store.Reserve(ctx, res, s.cfg.Clock())
+		if err != nil {
+			return placed{}, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
+		}
+		if !ok {
+			// The store knows more than the snapshot (another create took the room):
+			// refresh and try again, counting the host as lacking memory.
+			excluded[host] = berth.ENoCapacity
+			_ = s.refresh(ctx)
+			continue
+		}
+		s.adjustPending(host, res.MiB)
+		release := s.releaser(res)
+		err = s.agents.create(ctx, addr, berth.AgentCreate{
+			ID: sb.ID, Template: sb.Template, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
+			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt,
+		})
+		if err == nil {
+			return placed{AgentID: host, Address: addr, Release: release}, nil
+		}
+		release()
+		lastAgentErr = err
+		code := berth.ErrorCode(err)
+		excluded[host] = code
+		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
+		if ctx.Err() != nil {
+			return placed{}, berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
+		}
+	}
+}
+
+// pick runs placement.Pick over the snapshot under the read lock (no I/O under it, PLC-8).
+func (s *scheduler) pick(req placement.Request, excluded map[string]string) (placement.Decision, string, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	req.Exclude = req.Exclude[:0]
+	for id := range excluded {
+		if i, ok := s.index[id]; ok {
+			req.Exclude = append(req.Exclude, i)
+		}
+	}
+	start := time.Now()
+	d := placement.Pick(s.hosts, req, s.cfg.Clock().UnixNano(),
+		placement.Options{StaleAfterNano: int64(s.cfg.StaleAfter), Strategy: s.cfg.Strategy}, s.rng.Uint64())
+	s.metrics.pickSeconds.Observe(time.Since(start).Seconds())
+	if d.Index < 0 {
+		return d, "", ""
+	}
+	return d, s.hosts[d.Index].ID, s.addrs[d.Index]
+}
+
+func (s *scheduler) releaser(res berth.Reservation) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := s.store.Release(ctx, res.ID); err != nil {
+				// The TTL sweeper releases it later (LED-2); say so loudly.
+				s.cfg.Logger.Error("release reservation failed; left to TTL", "reservation", res.ID, "err", err)
+			}
+			s.adjustPending(res.AgentID, -res.MiB)
+		})
+	}
+}
+
+// refusal builds the 503 for a create no host took: the code (PLC-4), the per-reason host
+// counts (PLC-10, C21) and a Retry-After estimate (API-3).
+func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.Sandbox, agentErr error) error {
+	code := d.Code()
+	if code == berth.ENoCapacity && agentErr != nil && d.Rejected[placement.ReasonSaturated] > 0 &&
+		d.Rejected[placement.ReasonSaturated]+d.Rejected[placement.ReasonInsufficientMemory] == d.Live &&
+		berth.ErrorCode(agentErr) == berth.EHostStartsSaturated {
+		code = berth.EHostStartsSaturated
+	}
+	e := &berth.Error{Code: code, Hosts: d.Hosts()}
+	e.Message = refusalMessage(d)
+	e.RetryAfter = s.retryAfter(ctx, code)
+	s.metrics.refusals.WithLabelValues(code).Inc()
+	if code == berth.ENoHealthyAgents {
+		// PLC-4: this pages a human.
+		s.cfg.Logger.Error("no healthy agents", "sandbox", sb.ID, "hosts", e.Hosts)
+	}
+	return e
+}
+
+func refusalMessage(d placement.Decision) string {
+	msg := fmt.Sprintf("%d hosts", d.Total)
+	sep := ": "
+	for r, n := range d.Rejected {
+		if n > 0 {
+			msg += fmt.Sprintf("%s%d %s", sep, n, placement.Reason(r))
+			sep = ", "
+		}
+	}
+	return msg
+}
+
+// retryAfter estimates when a retry may succeed (API-3): the earliest moment a running
+// sandbox's TTL or an outstanding reservation expires on a live host, plus one heartbeat for
+// the agent to report it, clamped into [1 s, 60 s]. With nothing expiring it is 5 s.
+// no_healthy_agents gets a longer, fixed 30 s: it waits for a human or a new host.
+func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
+	if code == berth.ENoHealthyAgents {
+		return 30 * time.Second
+	}
+	now := s.cfg.Clock()
+	earliest := time.Time{}
+	consider := func(t time.Time) {
+		if t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
+			earliest = t
+		}
+	}
+	if sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxRunning, Limit: 10000}); err == nil {
+		for _, sb := range sbs {
+			consider(sb.ExpiresAt)
+		}
+	}
+	if rs, err := s.store.Reservations(ctx); err == nil {
+		for _, r := range rs {
+			consider(r.ExpiresAt)
+		}
+	}
+	if earliest.IsZero() {
+		return 5 * time.Second
+	}
+	d := earliest.Sub(now) + s.cfg.HeartbeatInterval
+	return min(max(d, time.Second), 60*time.Second)
+}
+
+var errNoAgent = errors.New("agent has no address")

@@ -1,0 +1,178 @@
+// Package server is Berth's HTTP API and scheduler (SPEC §2, §3, §5, §13). It is stateless
+// beyond caches: everything it knows lives in the store, so any number of replicas may share
+// one (PostgreSQL) store. It imports the root package, admission, placement and the store
+// interfaces of the root package — never a store implementation.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config holds the server's knobs; cmd/berth fills it (DefaultConfig first, then flags).
+type Config struct {
+	// ReplicaID names this replica as the owner of the reservations it takes (LED-1).
+	ReplicaID string
+	// NodeToken authenticates agents' heartbeats and the server's calls to agents.
+	NodeToken string
+	// StaleAfter is the placement staleness cutoff (PLC-1, default 30 s).
+	StaleAfter time.Duration
+	// HeartbeatInterval is the agents' heartbeat period, used by the Retry-After estimate.
+	HeartbeatInterval time.Duration
+	// ReservationTTL bounds every ledger entry (LED-2, default 60 s); SweepInterval is how
+	// often expired ones are swept (default 5 s).
+	ReservationTTL time.Duration
+	SweepInterval  time.Duration
+	// CacheTTL is how long the cached agent table may be used before a re-read (PLC-5,
+	// default 1 s; heartbeats this replica receives update it in between).
+	CacheTTL time.Duration
+	// MaxHostsPerCreate is how many hosts a create tries (PLC-7, default 3).
+	MaxHostsPerCreate int
+	// Strategy is placement.Spread (default) or placement.Pack (PLC-2).
+	Strategy string
+	// DefaultTTL and MaxTTL bound ttl_seconds of creates (defaults 1 h and 7 days).
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
+	// MaxSandboxMiB is the largest memory_mb a create may ask for (default 1 TiB).
+	MaxSandboxMiB int64
+	// AgentTimeout bounds one call to an agent (default 60 s; exec carries its own timeout).
+	AgentTimeout time.Duration
+	Logger       *slog.Logger
+	// Clock is the time source; tests may replace it.
+	Clock func() time.Time
+	// Registry receives the server's metrics; nil creates a private registry.
+	Registry *prometheus.Registry
+}
+
+// DefaultConfig returns every knob at its documented default.
+func DefaultConfig() Config {
+	return Config{
+		StaleAfter:        30 * time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		ReservationTTL:    60 * time.Second,
+		SweepInterval:     5 * time.Second,
+		CacheTTL:          time.Second,
+		MaxHostsPerCreate: 3,
+		Strategy:          "spread",
+		DefaultTTL:        time.Hour,
+		MaxTTL:            7 * 24 * time.Hour,
+		MaxSandboxMiB:     1 << 20,
+		AgentTimeout:      60 * time.Second,
+	}
+}
+
+// Server is the API and scheduler of one replica.
+type Server struct {
+	cfg     Config
+	store   berth.Store
+	sched   *scheduler
+	agents  *agentCaller
+	auth    *authenticator
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// New returns a server over st. Zero fields of cfg take their defaults.
+func New(cfg Config, st berth.Store) *Server {
+	def := DefaultConfig()
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = "replica-" + randomHex(4)
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = def.StaleAfter
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = def.HeartbeatInterval
+	}
+	if cfg.ReservationTTL <= 0 {
+		cfg.ReservationTTL = def.ReservationTTL
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = def.SweepInterval
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = def.CacheTTL
+	}
+	if cfg.MaxHostsPerCreate <= 0 {
+		cfg.MaxHostsPerCreate = def.MaxHostsPerCreate
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = def.Strategy
+	}
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = def.DefaultTTL
+	}
+	if cfg.MaxTTL <= 0 {
+		cfg.MaxTTL = def.MaxTTL
+	}
+	if cfg.MaxSandboxMiB <= 0 {
+		cfg.MaxSandboxMiB = def.MaxSandboxMiB
+	}
+	if cfg.AgentTimeout <= 0 {
+		cfg.AgentTimeout = def.AgentTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	m := newMetrics(cfg.Registry, st)
+	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
+	return &Server{
+		cfg:     cfg,
+		store:   st,
+		sched:   newScheduler(st, cfg, ac, m),
+		agents:  ac,
+		auth:    newAuthenticator(st, cfg.NodeToken),
+		metrics: m,
+		log:     cfg.Logger,
+	}
+}
+
+// Run sweeps expired reservations (LED-2) until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := s.store.SweepReservations(ctx, s.cfg.Clock())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reservation sweep failed", "err", err)
+			}
+			continue
+		}
+		if n > 0 {
+			// A non-zero rate means some release path leaks (LED-2).
+			s.metrics.expirations.Add(float64(n))
+			s.log.Warn("expired reservations swept", "count", n)
+			_ = s.sched.refresh(ctx)
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newID(prefix string) string { return prefix + "-" + randomHex(8) }
+
+// Handler returns the v1 HTTP API (SPEC §13) with /healthz, /readyz and /metrics.
+func (s *Server) Handler() http.Handler { return s.routes() }

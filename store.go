@@ -1,0 +1,117 @@
+package berth
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned (wrapped) by stores when a looked-up row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrIdempotencyConflict is returned by SandboxStore.CreateSandbox when another sandbox of the
+// same tenant already holds the Idempotency-Key (API-4).
+var ErrIdempotencyConflict = errors.New("idempotency key already used")
+
+// AgentStore keeps agents and applies heartbeats. Implementations: store/sqlite (and later
+// store/postgres); both pass store/storetest.
+type AgentStore interface {
+	// ApplyHeartbeat records hb as seen at now, in one transaction: it upserts the agent
+	// (keeping an operator drain in force), releases the ledger entries of every sandbox the
+	// heartbeat lists or that is terminal (LED-4 netting), applies hb.Ended as sandbox
+	// transitions, and writes an event for every agent or sandbox transition (LIF-3). It
+	// returns the number of reservations netted.
+	ApplyHeartbeat(ctx context.Context, hb Heartbeat, now time.Time) (netted int, err error)
+	// Agents returns every known agent.
+	Agents(ctx context.Context) ([]Agent, error)
+	// Agent returns one agent or an error wrapping ErrNotFound.
+	Agent(ctx context.Context, id string) (Agent, error)
+	// SetAgentDrain marks (draining=true) or clears an operator drain, with an event.
+	SetAgentDrain(ctx context.Context, id string, draining bool, reason, actor string, now time.Time) error
+}
+
+// TemplateStore keeps templates.
+type TemplateStore interface {
+	// PutTemplate creates or replaces a template.
+	PutTemplate(ctx context.Context, t Template) error
+	// Template returns one template or an error wrapping ErrNotFound.
+	Template(ctx context.Context, name string) (Template, error)
+	// Templates returns all templates ordered by name.
+	Templates(ctx context.Context) ([]Template, error)
+}
+
+// SandboxFilter selects sandboxes; zero fields match everything.
+type SandboxFilter struct {
+	Tenant  string
+	State   SandboxState
+	AgentID string
+	Limit   int
+}
+
+// SandboxStore keeps sandboxes. Every state change writes its event in the same transaction
+// (LIF-3).
+type SandboxStore interface {
+	// CreateSandbox inserts sb with the event "pending → sb.State". If sb.IdempotencyKey is set
+	// and another sandbox of the tenant holds it, nothing is written and the error wraps
+	// ErrIdempotencyConflict.
+	CreateSandbox(ctx context.Context, sb Sandbox, actor string, now time.Time) error
+	// Sandbox returns one sandbox or an error wrapping ErrNotFound.
+	Sandbox(ctx context.Context, id string) (Sandbox, error)
+	// SandboxByIdempotencyKey returns the tenant's sandbox created with key, or ErrNotFound.
+	SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (Sandbox, error)
+	// Sandboxes lists sandboxes matching f, newest first.
+	Sandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// TransitionSandbox moves sandbox id to state to with an event, only if its current state
+	// is one of from (any non-terminal state when from is empty). It reports whether the
+	// transition happened. Entering a terminal state also releases the sandbox's reservations
+	// and, for failed, frees its Idempotency-Key so a retry can create anew.
+	TransitionSandbox(ctx context.Context, id string, from []SandboxState, to SandboxState, reason, actor string, now time.Time) (bool, error)
+}
+
+// Ledger is the reservation ledger (LED-1…3).
+type Ledger interface {
+	// Reserve inserts r only if the agent still fits it, atomically with the check (LED-1, ADM-7):
+	// agent admittable − Σ unexpired reservations on the agent ≥ r.MiB. It reports whether r
+	// was taken. A zero-MiB reservation always fits a known agent.
+	Reserve(ctx context.Context, r Reservation, now time.Time) (bool, error)
+	// Release deletes reservation id; it is idempotent and reports whether a row went.
+	Release(ctx context.Context, id string) (bool, error)
+	// Pending returns Σ MiB of unexpired reservations per agent.
+	Pending(ctx context.Context, now time.Time) (map[string]int64, error)
+	// Reservations lists every reservation, expired or not.
+	Reservations(ctx context.Context) ([]Reservation, error)
+	// SweepReservations deletes reservations expired at now, with an event each, and returns
+	// how many went (LED-2).
+	SweepReservations(ctx context.Context, now time.Time) (int, error)
+}
+
+// EventStore reads the event log (writes happen inside the other stores' transactions).
+type EventStore interface {
+	// Events returns events matching f, oldest first.
+	Events(ctx context.Context, f EventFilter) ([]Event, error)
+}
+
+// TenantStore keeps tenants and hashed API keys.
+type TenantStore interface {
+	// PutTenant creates a tenant if it does not exist.
+	PutTenant(ctx context.Context, t Tenant) error
+	// Tenants lists tenants ordered by name.
+	Tenants(ctx context.Context) ([]Tenant, error)
+	// PutAPIKey stores a key (its hash only). The tenant must exist.
+	PutAPIKey(ctx context.Context, k APIKey) error
+	// APIKeyByHash returns the key with the given hex SHA-256 hash, or ErrNotFound.
+	APIKeyByHash(ctx context.Context, hash string) (APIKey, error)
+}
+
+// Store is everything the server needs from persistence.
+type Store interface {
+	AgentStore
+	TemplateStore
+	SandboxStore
+	Ledger
+	EventStore
+	TenantStore
+	// Ping checks the store is reachable (for /readyz).
+	Ping(ctx context.Context) error
+	Close() error
+}

@@ -1,0 +1,283 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
+const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus, stateful,
+	created_at, expires_at, metadata, reason, idempotency_key`
+
+// CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
+// when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
+// sb.CreatedAt means now. If sb.IdempotencyKey is set and a sandbox of sb.Tenant already holds
+// it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4).
+func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor string, now time.Time) error {
+	if sb.ID == "" {
+		return errors.New("sqlite: create sandbox: empty id")
+	}
+	if sb.State == "" {
+		sb.State = berth.SandboxPending
+	}
+	if !sb.State.Valid() {
+		return fmt.Errorf("sqlite: create sandbox %q: unknown state %q", sb.ID, sb.State)
+	}
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = now
+	}
+	var meta any // NULL for an empty map
+	if len(sb.Metadata) > 0 {
+		text, err := jsonText(sb.Metadata)
+		if err != nil {
+			return err
+		}
+		meta = text
+	}
+	var key any // NULL when no Idempotency-Key was given, or the sandbox is born failed
+	if sb.IdempotencyKey != "" && sb.State != berth.SandboxFailed {
+		key = sb.IdempotencyKey
+	}
+	reason := "created"
+	if sb.AgentID != "" {
+		reason = "placed on agent/" + sb.AgentID
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if key != nil {
+			var holder string
+			err := tx.QueryRowContext(ctx,
+				`SELECT id FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`, sb.Tenant, key).Scan(&holder)
+			if err == nil {
+				return fmt.Errorf("sandbox %q: key %q held by sandbox %q: %w", sb.ID, sb.IdempotencyKey, holder, berth.ErrIdempotencyConflict)
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("sqlite: create sandbox %q: %w", sb.ID, err)
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, b2i(sb.Stateful),
+			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key)
+		if err != nil {
+			return fmt.Errorf("sqlite: create sandbox %q: %w", sb.ID, err)
+		}
+		return insertEvent(ctx, tx, berth.Event{
+			At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
+			Reason: reason, Actor: actor,
+		})
+	})
+}
+
+// Sandbox returns sandbox id or an error wrapping berth.ErrNotFound.
+func (s *Store) Sandbox(ctx context.Context, id string) (berth.Sandbox, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return berth.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
+	}
+	return sb, err
+}
+
+// SandboxByIdempotencyKey returns the tenant's sandbox created with key (API-4), or an error
+// wrapping berth.ErrNotFound. A failed sandbox no longer holds its key.
+func (s *Store) SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (berth.Sandbox, error) {
+	row := s.db.QueryRowContext(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`, tenant, key)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return berth.Sandbox{}, fmt.Errorf("sandbox of tenant %q with key %q: %w", tenant, key, berth.ErrNotFound)
+	}
+	return sb, err
+}
+
+// Sandboxes lists sandboxes matching f, newest (created_at) first, ties by id descending;
+// f.Limit 0 means 1000.
+func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.Sandbox, error) {
+	var where []string
+	var args []any
+	if f.Tenant != "" {
+		where, args = append(where, "tenant = ?"), append(args, f.Tenant)
+	}
+	if f.State != "" {
+		where, args = append(where, "state = ?"), append(args, string(f.State))
+	}
+	if f.AgentID != "" {
+		where, args = append(where, "agent_id = ?"), append(args, f.AgentID)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	args = append(args, limitOr(f.Limit, defaultLimit))
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.Sandbox{}
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// TransitionSandbox moves sandbox id to state to, recording reason on the row and the event
+// current → to (LIF-3), only if its current state is one of from, or any non-terminal state
+// when from is empty. A sandbox already in state to is not moved (no event). It reports
+// whether the transition happened; an unknown id is an error wrapping berth.ErrNotFound.
+// Entering a terminal state also releases the sandbox's reservations (events held → released)
+// and entering failed frees its Idempotency-Key (API-4).
+func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+	if !to.Valid() {
+		return false, fmt.Errorf("sqlite: transition sandbox %q: unknown state %q", id, to)
+	}
+	var moved bool
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		moved, err = transitionTx(ctx, tx, id, from, to, reason, actor, now)
+		return err
+	})
+	return moved, err
+}
+
+// transitionTx is TransitionSandbox inside an open transaction (ApplyHeartbeat shares it).
+func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+	var cur string
+	err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlite: transition sandbox %q: %w", id, err)
+	}
+	state := berth.SandboxState(cur)
+	allowed := slices.Contains(from, state)
+	if len(from) == 0 {
+		allowed = !state.Terminal()
+	}
+	if !allowed || state == to {
+		return false, nil
+	}
+	// The state guard keeps the update conditional even where the read above is not locked
+	// (a PostgreSQL port under READ COMMITTED).
+	res, err := tx.ExecContext(ctx, `
+		UPDATE sandboxes
+		SET state = ?, reason = ?,
+		    idempotency_key = CASE WHEN ? = 1 THEN NULL ELSE idempotency_key END
+		WHERE id = ? AND state = ?`,
+		string(to), reason, b2i(to == berth.SandboxFailed), id, cur)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: transition sandbox %q: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if err := insertEvent(ctx, tx, berth.Event{
+		At: now, Entity: "sandbox/" + id, From: cur, To: string(to), Reason: reason, Actor: actor,
+	}); err != nil {
+		return false, err
+	}
+	if to.Terminal() {
+		if err := releaseSandboxReservations(ctx, tx, id, to, actor, now); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// scanner is what *sql.Row and *sql.Rows have in common.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanSandbox reads one row selected with sandboxColumns.
+func scanSandbox(r scanner) (berth.Sandbox, error) {
+	var sb berth.Sandbox
+	var state string
+	var stateful int
+	var created int64
+	var expires sql.NullInt64
+	var meta, key sql.NullString
+	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &stateful,
+		&created, &expires, &meta, &sb.Reason, &key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sb, err
+	}
+	if err != nil {
+		return sb, fmt.Errorf("sqlite: scan sandbox: %w", err)
+	}
+	sb.State = berth.SandboxState(state)
+	sb.Stateful = stateful != 0
+	sb.CreatedAt, sb.ExpiresAt = fromMS(created), fromNullMS(expires)
+	sb.IdempotencyKey = key.String
+	if meta.Valid && meta.String != "" {
+		if err := json.Unmarshal([]byte(meta.String), &sb.Metadata); err != nil {
+			return sb, fmt.Errorf("sqlite: sandbox %q metadata: %w", sb.ID, err)
+		}
+	}
+	return sb, nil
+}
+
+// PutTemplate creates or replaces template t.Name.
+func (s *Store) PutTemplate(ctx context.Context, t berth.Template) error {
+	if t.Name == "" {
+		return errors.New("sqlite: put template: empty name")
+	}
+	_, err := s.db.ExecContext(ctx, `
+		INSERT INTO templates (name, memory_mb, vcpus) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET memory_mb = excluded.memory_mb, vcpus = excluded.vcpus`,
+		t.Name, t.MemoryMiB, t.VCPUs)
+	if err != nil {
+		return fmt.Errorf("sqlite: put template %q: %w", t.Name, err)
+	}
+	return nil
+}
+
+// Template returns template name or an error wrapping berth.ErrNotFound.
+func (s *Store) Template(ctx context.Context, name string) (berth.Template, error) {
+	t := berth.Template{Name: name}
+	err := s.db.QueryRowContext(ctx, `SELECT memory_mb, vcpus FROM templates WHERE name = ?`, name).
+		Scan(&t.MemoryMiB, &t.VCPUs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return berth.Template{}, fmt.Errorf("template %q: %w", name, berth.ErrNotFound)
+	}
+	if err != nil {
+		return berth.Template{}, fmt.Errorf("sqlite: template %q: %w", name, err)
+	}
+	return t, nil
+}
+
+// Templates returns every template ordered by name.
+func (s *Store) Templates(ctx context.Context) ([]berth.Template, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, memory_mb, vcpus FROM templates ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: templates: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.Template{}
+	for rows.Next() {
+		var t berth.Template
+		if err := rows.Scan(&t.Name, &t.MemoryMiB, &t.VCPUs); err != nil {
+			return nil, fmt.Errorf("sqlite: templates: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: templates: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,91 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/berth-dev/berth"
+)
+
+// PutTenant creates tenant t.Name if it does not exist; an existing tenant is left as is.
+func (s *Store) PutTenant(ctx context.Context, t berth.Tenant) error {
+	if t.Name == "" {
+		return errors.New("sqlite: put tenant: empty name")
+	}
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO tenants (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
+		t.Name, nullMS(t.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("sqlite: put tenant %q: %w", t.Name, err)
+	}
+	return nil
+}
+
+// Tenants lists tenants ordered by name.
+func (s *Store) Tenants(ctx context.Context) ([]berth.Tenant, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: tenants: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.Tenant{}
+	for rows.Next() {
+		var t berth.Tenant
+		var created sql.NullInt64
+		if err := rows.Scan(&t.Name, &created); err != nil {
+			return nil, fmt.Errorf("sqlite: tenants: %w", err)
+		}
+		t.CreatedAt = fromNullMS(created)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: tenants: %w", err)
+	}
+	return out, nil
+}
+
+// PutAPIKey stores k (its hash only, API-1), replacing a key with the same id. The tenant
+// must exist, else the error wraps berth.ErrNotFound; a hash held by another key is an error.
+func (s *Store) PutAPIKey(ctx context.Context, k berth.APIKey) error {
+	if k.ID == "" || k.Hash == "" {
+		return fmt.Errorf("sqlite: put api key: needs an id and a hash (id %q)", k.ID)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, k.Tenant).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("api key %q: tenant %q: %w", k.ID, k.Tenant, berth.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: put api key %q: %w", k.ID, err)
+		}
+		_, err = tx.ExecContext(ctx, `
+			INSERT INTO api_keys (id, tenant, role, hash, created_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, role = excluded.role,
+				hash = excluded.hash, created_at = excluded.created_at`,
+			k.ID, k.Tenant, k.Role, k.Hash, nullMS(k.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: put api key %q: %w", k.ID, err)
+		}
+		return nil
+	})
+}
+
+// APIKeyByHash returns the key whose secret hashes (hex SHA-256) to hash, or an error
+// wrapping berth.ErrNotFound.
+func (s *Store) APIKeyByHash(ctx context.Context, hash string) (berth.APIKey, error) {
+	k := berth.APIKey{Hash: hash}
+	var created sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT id, tenant, role, created_at FROM api_keys WHERE hash = ?`, hash).
+		Scan(&k.ID, &k.Tenant, &k.Role, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return berth.APIKey{}, fmt.Errorf("api key: %w", berth.ErrNotFound)
+	}
+	if err != nil {
+		return berth.APIKey{}, fmt.Errorf("sqlite: api key: %w", err)
+	}
+	k.CreatedAt = fromNullMS(created)
+	return k, nil
+}

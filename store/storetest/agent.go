@@ -1,0 +1,259 @@
+package storetest
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/berth-dev/berth"
+)
+
+// fullHeartbeat sets every Heartbeat field to a non-zero value, so a field the store forgets
+// to keep shows up in the round-trip diff.
+func fullHeartbeat() berth.Heartbeat {
+	return berth.Heartbeat{
+		AgentID: "a1", Address: "http://127.0.0.1:7071", Region: "eu-west", Pool: berth.PoolStateful,
+		Preemptible: true, HeartbeatAt: at(-2 * time.Second), Status: berth.AgentActive,
+		CPUTotal: 16, CPUUsed: 3.25, MemoryMiBTotal: 65536, MemoryMiBUsed: 12000, MemoryMiBCommitted: 30000,
+		MemoryAdmission: berth.AdmissionWorkingSet, MemoryMiBAdmittable: 40000, IntakeOpen: true,
+		MemoryPressure: 0.125, StartsInFlight: 3, NatIDFree: 250, StreamRestoreEnabled: true,
+		Sandboxes: []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 300, Measured: true}, {ID: "sb-2"}},
+		Ended:     []berth.EndedSandbox{{ID: "sb-gone", State: berth.SandboxStopped, Reason: "ttl", At: at(-time.Second)}},
+		Version:   "v1.2.3", BootID: "boot-1", MeasurementErrors: 2,
+	}
+}
+
+func testHeartbeatRoundTrip(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := fullHeartbeat()
+	v := reflect.ValueOf(hb)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("fixture leaves Heartbeat.%s zero; set it so the round trip covers it", v.Type().Field(i).Name)
+		}
+	}
+	if n := mustHeartbeat(t, s, hb, T0); n != 0 {
+		t.Errorf("netted = %d, want 0", n)
+	}
+	want := berth.Agent{Heartbeat: hb, LastSeen: T0}
+	got, err := s.Agent(ctx, "a1")
+	if err != nil {
+		t.Fatalf("Agent(a1): %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Agent(a1) mismatch (-want +got):\n%s", diff)
+	}
+
+	second := heartbeat("a2", 1024)
+	second.Status = "" // empty means active
+	mustHeartbeat(t, s, second, at(time.Second))
+	all, err := s.Agents(ctx)
+	if err != nil {
+		t.Fatalf("Agents: %v", err)
+	}
+	second.Status = berth.AgentActive
+	wantAll := []berth.Agent{want, {Heartbeat: second, LastSeen: at(time.Second)}}
+	if diff := cmp.Diff(wantAll, all, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Agents mismatch (-want +got):\n%s", diff)
+	}
+	_, err = s.Agent(ctx, "nope")
+	wantNotFound(t, "Agent(nope)", err)
+}
+
+func testHeartbeatEvents(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := heartbeat("a1", 2048)
+	hb.BootID = "b1"
+	mustHeartbeat(t, s, hb, T0)
+	mustHeartbeat(t, s, hb, at(time.Second)) // nothing changes: no event
+	got, err := s.Agent(ctx, "a1")
+	if err != nil || !got.LastSeen.Equal(at(time.Second)) {
+		t.Errorf("LastSeen = %v, %v; want %v", got.LastSeen, err, at(time.Second))
+	}
+	hb.Status = berth.AgentDraining // the agent drains itself (e.g. a preemption notice)
+	mustHeartbeat(t, s, hb, at(2*time.Second))
+	hb.Status, hb.BootID = berth.AgentActive, "b2" // it restarted
+	mustHeartbeat(t, s, hb, at(3*time.Second))
+	ev := func(d time.Duration, from, to, reason string) berth.Event {
+		return berth.Event{At: at(d), Entity: "agent/a1", From: from, To: to, Reason: reason, Actor: "agent/a1"}
+	}
+	wantEvents(t, s, "agent/a1", []berth.Event{
+		ev(0, "", "active", "registered"),
+		ev(2*time.Second, "active", "draining", "heartbeat"),
+		ev(3*time.Second, "draining", "active", "heartbeat"),
+		ev(3*time.Second, "b1", "b2", "agent restarted"),
+	})
+}
+
+func testOperatorDrain(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	check := func(when, status, reason string) {
+		t.Helper()
+		a, err := s.Agent(ctx, "a1")
+		if err != nil {
+			t.Fatalf("%s: Agent: %v", when, err)
+		}
+		if string(a.Status) != status || a.DrainReason != reason {
+			t.Errorf("%s: agent = %s (drain %q), want %s (drain %q)", when, a.Status, a.DrainReason, status, reason)
+		}
+	}
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	if err := s.SetAgentDrain(ctx, "a1", true, "kernel upgrade", "admin/ops", at(time.Second)); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	check("drained", "draining", "kernel upgrade")
+	if err := s.SetAgentDrain(ctx, "a1", true, "again", "admin/ops", at(2*time.Second)); err != nil {
+		t.Fatalf("drain again: %v", err)
+	}
+	check("drained twice", "draining", "kernel upgrade")
+	mustHeartbeat(t, s, heartbeat("a1", 2048), at(3*time.Second)) // says active
+	check("after an active heartbeat", "draining", "kernel upgrade")
+	if err := s.SetAgentDrain(ctx, "a1", false, "upgrade done", "admin/ops", at(4*time.Second)); err != nil {
+		t.Fatalf("undrain: %v", err)
+	}
+	check("undrained", "active", "")
+	if err := s.SetAgentDrain(ctx, "a1", false, "", "admin/ops", at(5*time.Second)); err != nil {
+		t.Fatalf("undrain again: %v", err)
+	}
+	evs := events(t, s, berth.EventFilter{Entity: "agent/a1"})
+	want := []berth.Event{
+		{At: T0, Entity: "agent/a1", From: "", To: "active", Reason: "registered", Actor: "agent/a1"},
+		{At: at(time.Second), Entity: "agent/a1", From: "active", To: "draining", Reason: "kernel upgrade", Actor: "admin/ops"},
+		{At: at(4 * time.Second), Entity: "agent/a1", From: "draining", To: "active", Reason: "upgrade done", Actor: "admin/ops"},
+	}
+	if diff := cmp.Diff(want, evs, eventOpts); diff != "" {
+		t.Errorf("agent events (-want +got):\n%s", diff)
+	}
+
+	if err := s.SetAgentDrain(ctx, "a1", true, "", "admin/ops", at(6*time.Second)); err != nil {
+		t.Fatalf("drain without reason: %v", err)
+	}
+	if a, err := s.Agent(ctx, "a1"); err != nil || a.Status != berth.AgentDraining || a.DrainReason == "" {
+		t.Errorf("drain without reason: agent = %s (drain %q), %v; want draining with a non-empty reason", a.Status, a.DrainReason, err)
+	}
+	wantNotFound(t, "SetAgentDrain(nope)", s.SetAgentDrain(ctx, "nope", true, "x", "admin/ops", T0))
+}
+
+// testDrainOfSelfDraining pins that lifting an operator drain restores the status the agent
+// itself reported, so an agent draining on its own (preemption) stays draining.
+func testDrainOfSelfDraining(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := heartbeat("a1", 2048)
+	hb.Status = berth.AgentDraining
+	mustHeartbeat(t, s, hb, T0)
+	if err := s.SetAgentDrain(ctx, "a1", true, "ops", "admin/ops", at(time.Second)); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if err := s.SetAgentDrain(ctx, "a1", false, "", "admin/ops", at(2*time.Second)); err != nil {
+		t.Fatalf("undrain: %v", err)
+	}
+	a, err := s.Agent(ctx, "a1")
+	if err != nil || a.Status != berth.AgentDraining || a.DrainReason != "" {
+		t.Errorf("agent = %s (drain %q), %v; want draining (drain \"\")", a.Status, a.DrainReason, err)
+	}
+}
+
+func testHeartbeatNetting(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 4096), T0)
+	mustHeartbeat(t, s, heartbeat("a2", 4096), T0)
+	mustCreate(t, s, sandbox("sb-1", "acme", "a1", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("sb-2", "acme", "a1", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("sb-3", "acme", "a2", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("sb-4", "acme", "a2", berth.SandboxStopped), T0)
+	for _, r := range []berth.Reservation{
+		reservation("r1", "a1", "sb-1", 512, T0), // listed by a1: netted
+		reservation("r2", "a1", "sb-2", 512, T0), // not listed yet: kept
+		reservation("r3", "a2", "sb-3", 512, T0), // another agent's: kept until a2 lists it
+		reservation("r4", "a2", "sb-4", 512, T0), // terminal sandbox: netted by any heartbeat
+		reservation("r5", "a2", "sb-1", 512, T0), // sb-1 on another agent's ledger: kept
+		reservation("r6", "a1", "sb-x", 512, T0), // unknown sandbox, not listed: kept (expires)
+	} {
+		mustReserve(t, s, r, T0)
+	}
+	hb := heartbeat("a1", 4096)
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1"}}
+	if n := mustHeartbeat(t, s, hb, at(time.Second)); n != 2 {
+		t.Errorf("a1 heartbeat netted %d, want 2", n)
+	}
+	if diff := cmp.Diff([]string{"r2", "r3", "r5", "r6"}, reservationIDs(t, s)); diff != "" {
+		t.Errorf("reservations after a1's heartbeat (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"r1", "r4"} {
+		evs := events(t, s, berth.EventFilter{Entity: "reservation/" + id})
+		last := evs[len(evs)-1]
+		if last.From != "held" || last.To != "netted" || last.Actor != "agent/a1" || !last.At.Equal(at(time.Second)) {
+			t.Errorf("last event of %s = %+v, want held → netted by agent/a1 at %v", id, last, at(time.Second))
+		}
+	}
+	hb2 := heartbeat("a2", 4096)
+	hb2.Sandboxes = []berth.HeldSandbox{{ID: "sb-3"}}
+	if n := mustHeartbeat(t, s, hb2, at(2*time.Second)); n != 1 {
+		t.Errorf("a2 heartbeat netted %d, want 1", n)
+	}
+	if n := mustHeartbeat(t, s, hb2, at(3*time.Second)); n != 0 {
+		t.Errorf("repeated a2 heartbeat netted %d, want 0", n)
+	}
+	if diff := cmp.Diff([]string{"r2", "r5", "r6"}, reservationIDs(t, s)); diff != "" {
+		t.Errorf("reservations after a2's heartbeat (-want +got):\n%s", diff)
+	}
+	pending, err := s.Pending(ctx, at(3*time.Second))
+	if err != nil {
+		t.Fatalf("Pending: %v", err)
+	}
+	if diff := cmp.Diff(map[string]int64{"a1": 1024, "a2": 512}, pending); diff != "" {
+		t.Errorf("Pending (-want +got):\n%s", diff)
+	}
+}
+
+func testHeartbeatEnded(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 4096), T0)
+	mustHeartbeat(t, s, heartbeat("a2", 4096), T0)
+	mustCreate(t, s, sandbox("sb-1", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("sb-2", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("sb-3", "acme", "a2", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("sb-4", "acme", "a1", berth.SandboxRunning), T0)
+	mustTransition(t, s, "sb-2", berth.SandboxStopped, "deleted", T0)
+	mustReserve(t, s, reservation("r1", "a1", "sb-1", 512, T0), T0)
+
+	hb := heartbeat("a1", 4096)
+	hb.Ended = []berth.EndedSandbox{
+		{ID: "sb-1", State: berth.SandboxFailed, Reason: "exit status 1", At: T0},
+		{ID: "sb-2", State: berth.SandboxLost, Reason: "late", At: T0},        // already terminal
+		{ID: "sb-3", State: berth.SandboxEvicted, Reason: "not mine", At: T0}, // belongs to a2
+		{ID: "sb-9", State: berth.SandboxStopped, Reason: "unknown", At: T0},  // no such sandbox
+		{ID: "sb-4", State: berth.SandboxRunning, Reason: "bogus", At: T0},    // not an end state
+	}
+	if n := mustHeartbeat(t, s, hb, at(time.Second)); n != 0 {
+		t.Errorf("netted = %d, want 0 (the ended sandbox's reservation is released, not netted)", n)
+	}
+	mustHeartbeat(t, s, hb, at(2*time.Second)) // repeated until accepted: no new effects
+	for id, want := range map[string]berth.SandboxState{
+		"sb-1": berth.SandboxFailed, "sb-2": berth.SandboxStopped, "sb-3": berth.SandboxRunning, "sb-4": berth.SandboxRunning,
+	} {
+		sb, err := s.Sandbox(ctx, id)
+		if err != nil || sb.State != want {
+			t.Errorf("%s = %s, %v; want %s", id, sb.State, err, want)
+		}
+	}
+	wantEvents(t, s, "sandbox/sb-1", []berth.Event{
+		{At: T0, Entity: "sandbox/sb-1", From: "pending", To: "running", Reason: "placed on agent/a1", Actor: "test"},
+		{At: at(time.Second), Entity: "sandbox/sb-1", From: "running", To: "failed", Reason: "exit status 1", Actor: "agent/a1"},
+	})
+	wantEvents(t, s, "reservation/r1", []berth.Event{
+		{At: T0, Entity: "reservation/r1", From: "", To: "held", Reason: "reserved for sandbox/sb-1 by replica-1", Actor: "replica-1"},
+		{At: at(time.Second), Entity: "reservation/r1", From: "held", To: "released", Reason: "sandbox failed", Actor: "agent/a1"},
+	})
+	if got := len(events(t, s, berth.EventFilter{Entity: "sandbox/sb-2"})); got != 2 {
+		t.Errorf("sb-2 has %d events, want 2 (create, stopped)", got)
+	}
+	for _, id := range []string{"sb-3", "sb-4"} {
+		if got := len(events(t, s, berth.EventFilter{Entity: "sandbox/" + id})); got != 1 {
+			t.Errorf("%s has %d events, want 1 (create)", id, got)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/berth-dev/berth"
+)
+
+func testEventsFilter(t *testing.T, s berth.Store) {
+	// Four events, one per second: agent/a1, sandbox/sb-1, sandbox/sb-10, sandbox/sb-1 again.
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	mustCreate(t, s, sandbox("sb-1", "acme", "a1", berth.SandboxStarting), at(time.Second))
+	mustCreate(t, s, sandbox("sb-10", "acme", "a1", berth.SandboxStarting), at(2*time.Second))
+	mustTransition(t, s, "sb-1", berth.SandboxRunning, "started", at(3*time.Second))
+	const (
+		agent   = "agent/a1 →active"
+		sb1     = "sandbox/sb-1 pending→starting"
+		sb10    = "sandbox/sb-10 pending→starting"
+		sb1Runs = "sandbox/sb-1 starting→running"
+	)
+	tests := []struct {
+		name   string
+		filter berth.EventFilter
+		want   []string
+	}{
+		{"all, oldest first", berth.EventFilter{}, []string{agent, sb1, sb10, sb1Runs}},
+		{"exact entity is not a prefix", berth.EventFilter{Entity: "sandbox/sb-1"}, []string{sb1, sb1Runs}},
+		{"prefix ending in slash", berth.EventFilter{Entity: "sandbox/"}, []string{sb1, sb10, sb1Runs}},
+		{"other prefix", berth.EventFilter{Entity: "agent/"}, []string{agent}},
+		{"no slash means exact", berth.EventFilter{Entity: "sandbox"}, nil},
+		{"prefix is case-sensitive", berth.EventFilter{Entity: "SANDBOX/"}, nil},
+		{"since is inclusive", berth.EventFilter{Since: at(2 * time.Second)}, []string{sb10, sb1Runs}},
+		{"since after everything", berth.EventFilter{Since: at(time.Hour)}, nil},
+		{"limit keeps the latest, oldest first", berth.EventFilter{Limit: 2}, []string{sb10, sb1Runs}},
+		{"prefix and limit", berth.EventFilter{Entity: "sandbox/", Limit: 2}, []string{sb10, sb1Runs}},
+		{"entity and since", berth.EventFilter{Entity: "sandbox/sb-1", Since: at(2 * time.Second)}, []string{sb1Runs}},
+	}
+	for _, tc := range tests {
+		evs := events(t, s, tc.filter)
+		var got []string
+		for _, e := range evs {
+			got = append(got, e.Entity+" "+e.From+"→"+e.To)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: Events(%+v) (-want +got):\n%s", tc.name, tc.filter, diff)
+		}
+	}
+	all := events(t, s, berth.EventFilter{})
+	for i, e := range all {
+		if i > 0 && e.ID <= all[i-1].ID {
+			t.Errorf("event ids not increasing: %d after %d", e.ID, all[i-1].ID)
+		}
+		if want := at(time.Duration(i) * time.Second); !e.At.Equal(want) || e.At.Location() != time.UTC {
+			t.Errorf("event %d At = %v, want %v UTC", i, e.At, want)
+		}
+	}
+}
+
+func testTenants(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	for _, tn := range []berth.Tenant{
+		{Name: "beta", CreatedAt: at(time.Second)},
+		{Name: "acme", CreatedAt: T0},
+		{Name: "acme", CreatedAt: at(time.Hour)}, // exists: left as is
+	} {
+		if err := s.PutTenant(ctx, tn); err != nil {
+			t.Fatalf("PutTenant(%+v): %v", tn, err)
+		}
+	}
+	got, err := s.Tenants(ctx)
+	if err != nil {
+		t.Fatalf("Tenants: %v", err)
+	}
+	want := []berth.Tenant{{Name: "acme", CreatedAt: T0}, {Name: "beta", CreatedAt: at(time.Second)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Tenants (-want +got):\n%s", diff)
+	}
+}
+
+func testAPIKeys(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	key := berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleTenant, Hash: "aa11", CreatedAt: T0}
+	wantNotFound(t, "PutAPIKey for a missing tenant", s.PutAPIKey(ctx, key))
+	if err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
+		t.Fatalf("PutTenant: %v", err)
+	}
+	if err := s.PutAPIKey(ctx, key); err != nil {
+		t.Fatalf("PutAPIKey: %v", err)
+	}
+	admin := berth.APIKey{ID: "k2", Tenant: "acme", Role: berth.RoleAdmin, Hash: "bb22", CreatedAt: at(time.Second)}
+	if err := s.PutAPIKey(ctx, admin); err != nil {
+		t.Fatalf("PutAPIKey(admin): %v", err)
+	}
+	for _, want := range []berth.APIKey{key, admin} {
+		got, err := s.APIKeyByHash(ctx, want.Hash)
+		if err != nil {
+			t.Fatalf("APIKeyByHash(%s): %v", want.Hash, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("APIKeyByHash(%s) (-want +got):\n%s", want.Hash, diff)
+		}
+	}
+	_, err := s.APIKeyByHash(ctx, "cc33")
+	wantNotFound(t, "APIKeyByHash(unknown)", err)
+	if err := s.PutAPIKey(ctx, berth.APIKey{ID: "k3", Tenant: "acme", Role: berth.RoleTenant, Hash: "aa11"}); err == nil {
+		t.Errorf("PutAPIKey with another key's hash: err = nil, want an error")
+	}
+}

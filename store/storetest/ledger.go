@@ -1,0 +1,265 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/berth-dev/berth"
+)
+
+// testReserve pins the fits check of LED-1/ADM-7: admittable − Σ unexpired ≥ MiB.
+func testReserve(t *testing.T, open func(t *testing.T) berth.Store) {
+	earlier := at(-time.Minute)
+	held := func(id string, mib int64, expires time.Time) berth.Reservation {
+		r := reservation(id, "a1", "sb-"+id, mib, earlier)
+		r.ExpiresAt = expires
+		return r
+	}
+	live := at(time.Minute)
+	tests := []struct {
+		name     string
+		existing []berth.Reservation
+		try      berth.Reservation
+		want     bool
+	}{
+		{"fits an empty agent", nil, reservation("new", "a1", "sb", 2048, T0), true},
+		{"exact fit", []berth.Reservation{held("h1", 1024, live)}, reservation("new", "a1", "sb", 1024, T0), true},
+		{"over by one MiB", []berth.Reservation{held("h1", 1024, live)}, reservation("new", "a1", "sb", 1025, T0), false},
+		{"sum of several", []berth.Reservation{held("h1", 1000, live), held("h2", 1000, live)}, reservation("new", "a1", "sb", 49, T0), false},
+		{"expired at now does not count", []berth.Reservation{held("h1", 2048, T0)}, reservation("new", "a1", "sb", 2048, T0), true},
+		{"unexpired by 1 ms counts", []berth.Reservation{held("h1", 2048, at(time.Millisecond))}, reservation("new", "a1", "sb", 1, T0), false},
+		{"other agents do not count", []berth.Reservation{{ID: "h1", AgentID: "a2", MiB: 2048, ExpiresAt: live}}, reservation("new", "a1", "sb", 2048, T0), true},
+		{"zero MiB fits a full agent", []berth.Reservation{held("h1", 2048, live)}, reservation("new", "a1", "sb", 0, T0), true},
+		{"unknown agent", nil, reservation("new", "ghost", "sb", 0, T0), false},
+		{"too big for the agent", nil, reservation("new", "a1", "sb", 2049, T0), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			ctx := t.Context()
+			mustHeartbeat(t, s, heartbeat("a1", 2048), earlier)
+			mustHeartbeat(t, s, heartbeat("a2", 2048), earlier)
+			for _, r := range tc.existing {
+				mustReserve(t, s, r, earlier)
+			}
+			got, err := s.Reserve(ctx, tc.try, T0)
+			if err != nil || got != tc.want {
+				t.Fatalf("Reserve(%d MiB) = %v, %v; want %v, nil", tc.try.MiB, got, err, tc.want)
+			}
+			wantNew := 0
+			if tc.want {
+				wantNew = 1
+			}
+			rs, err := s.Reservations(ctx)
+			if err != nil {
+				t.Fatalf("Reservations: %v", err)
+			}
+			if n := len(rs) - len(tc.existing); n != wantNew {
+				t.Errorf("ledger grew by %d rows, want %d", n, wantNew)
+			}
+			if n := len(events(t, s, berth.EventFilter{Entity: "reservation/new"})); n != wantNew {
+				t.Errorf("reservation/new has %d events, want %d", n, wantNew)
+			}
+		})
+	}
+}
+
+func testReserveEvent(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	r := reservation("r1", "a1", "sb-1", 512, T0)
+	mustReserve(t, s, r, at(time.Second))
+	got, err := s.Reservations(ctx)
+	if err != nil {
+		t.Fatalf("Reservations: %v", err)
+	}
+	if diff := cmp.Diff([]berth.Reservation{r}, got); diff != "" {
+		t.Errorf("Reservations (-want +got):\n%s", diff)
+	}
+	wantEvents(t, s, "reservation/", []berth.Event{
+		{At: at(time.Second), Entity: "reservation/r1", From: "", To: "held", Reason: "reserved for sandbox/sb-1 by replica-1", Actor: "replica-1"},
+	})
+}
+
+// testReserveConcurrent pins LED-1: concurrent Reserves never over-admit an agent.
+func testReserveConcurrent(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	const n = 20
+	var wg sync.WaitGroup
+	took := make([]bool, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			r := reservation(fmt.Sprintf("r%02d", i), "a1", fmt.Sprintf("sb-%02d", i), 512, T0)
+			took[i], errs[i] = s.Reserve(ctx, r, T0)
+		})
+	}
+	wg.Wait()
+	count := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("Reserve r%02d: %v", i, errs[i])
+		}
+		if took[i] {
+			count++
+		}
+	}
+	if count != 4 {
+		t.Errorf("%d of %d reserves of 512 MiB against 2048 MiB succeeded, want exactly 4", count, n)
+	}
+	pending, err := s.Pending(ctx, T0)
+	if err != nil {
+		t.Fatalf("Pending: %v", err)
+	}
+	if diff := cmp.Diff(map[string]int64{"a1": 2048}, pending); diff != "" {
+		t.Errorf("Pending (-want +got):\n%s", diff)
+	}
+	if got := len(events(t, s, berth.EventFilter{Entity: "reservation/"})); got != 4 {
+		t.Errorf("%d reservation events, want 4", got)
+	}
+}
+
+func testRelease(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	mustReserve(t, s, reservation("r1", "a1", "sb-1", 512, T0), T0)
+	for i, want := range []bool{true, false} { // idempotent
+		got, err := s.Release(ctx, "r1")
+		if err != nil || got != want {
+			t.Errorf("Release(r1) #%d = %v, %v; want %v, nil", i+1, got, err, want)
+		}
+	}
+	if got, err := s.Release(ctx, "never"); err != nil || got {
+		t.Errorf("Release(never) = %v, %v; want false, nil", got, err)
+	}
+	evs := events(t, s, berth.EventFilter{Entity: "reservation/r1"})
+	var steps []string
+	for _, e := range evs {
+		steps = append(steps, e.From+"→"+e.To)
+	}
+	if diff := cmp.Diff([]string{"→held", "held→released"}, steps); diff != "" {
+		t.Errorf("reservation/r1 events (-want +got):\n%s", diff)
+	}
+	pending, err := s.Pending(ctx, T0)
+	if err != nil || len(pending) != 0 {
+		t.Errorf("Pending = %v, %v; want empty", pending, err)
+	}
+}
+
+func testPendingAndReservations(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	earlier := at(-time.Minute)
+	mustHeartbeat(t, s, heartbeat("a1", 2048), earlier)
+	mustHeartbeat(t, s, heartbeat("a2", 2048), earlier)
+	rs := []berth.Reservation{
+		reservation("r1", "a1", "sb-1", 512, earlier),
+		reservation("r2", "a1", "sb-2", 256, at(-30*time.Second)),
+		reservation("r3", "a2", "sb-3", 128, at(-30*time.Second)),
+	}
+	rs[0].ExpiresAt = at(time.Minute)
+	rs[2].ExpiresAt = at(-time.Second) // expired at T0, still listed until swept
+	for _, r := range rs {
+		mustReserve(t, s, r, earlier)
+	}
+	for _, tc := range []struct {
+		now  time.Time
+		want map[string]int64
+	}{
+		{earlier, map[string]int64{"a1": 768, "a2": 128}},
+		{T0, map[string]int64{"a1": 768}},
+		{at(30 * time.Second), map[string]int64{"a1": 512}}, // r2 expires exactly now
+		{at(time.Minute), map[string]int64{}},
+	} {
+		got, err := s.Pending(ctx, tc.now)
+		if err != nil {
+			t.Fatalf("Pending: %v", err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("Pending(%v) (-want +got):\n%s", tc.now, diff)
+		}
+	}
+	got, err := s.Reservations(ctx)
+	if err != nil {
+		t.Fatalf("Reservations: %v", err)
+	}
+	if diff := cmp.Diff(rs, got); diff != "" {
+		t.Errorf("Reservations (-want +got):\n%s", diff)
+	}
+}
+
+func testSweepReservations(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	earlier := at(-time.Minute)
+	mustHeartbeat(t, s, heartbeat("a1", 4096), earlier)
+	for _, r := range []berth.Reservation{
+		{ID: "r1", AgentID: "a1", MiB: 1, Owner: "replica-1", CreatedAt: earlier, ExpiresAt: at(-time.Second)},
+		{ID: "r2", AgentID: "a1", MiB: 1, Owner: "replica-1", CreatedAt: earlier, ExpiresAt: T0},
+		{ID: "r3", AgentID: "a1", MiB: 1, Owner: "replica-1", CreatedAt: earlier, ExpiresAt: at(time.Millisecond)},
+	} {
+		mustReserve(t, s, r, earlier)
+	}
+	for i, want := range []int{2, 0} {
+		got, err := s.SweepReservations(ctx, T0)
+		if err != nil || got != want {
+			t.Errorf("SweepReservations #%d = %d, %v; want %d, nil", i+1, got, err, want)
+		}
+	}
+	if diff := cmp.Diff([]string{"r3"}, reservationIDs(t, s)); diff != "" {
+		t.Errorf("reservations after sweep (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		evs := events(t, s, berth.EventFilter{Entity: "reservation/" + id})
+		if len(evs) != 2 || evs[1].From != "held" || evs[1].To != "expired" || !evs[1].At.Equal(T0) {
+			t.Errorf("events of %s = %+v, want held then held → expired at T0", id, evs)
+		}
+	}
+}
+
+// testConcurrentWriters pins that concurrent read-then-write transactions queue instead of
+// failing or racing: of n creates holding one Idempotency-Key exactly one wins and the others
+// get ErrIdempotencyConflict, and n first heartbeats of one agent register it exactly once.
+func testConcurrentWriters(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	const n = 10
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	hbErrs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			sb := sandbox(fmt.Sprintf("sb-%02d", i), "acme", "a1", berth.SandboxStarting)
+			sb.IdempotencyKey = "same-key"
+			errs[i] = s.CreateSandbox(ctx, sb, "test", T0)
+		})
+		wg.Go(func() {
+			_, hbErrs[i] = s.ApplyHeartbeat(ctx, heartbeat("a1", 2048), T0)
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i := range n {
+		switch {
+		case errs[i] == nil:
+			won++
+		case !errors.Is(errs[i], berth.ErrIdempotencyConflict):
+			t.Errorf("create sb-%02d: err = %v, want nil or ErrIdempotencyConflict", i, errs[i])
+		}
+		if hbErrs[i] != nil {
+			t.Errorf("heartbeat #%d: %v", i, hbErrs[i])
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d creates with one key succeeded, want exactly 1", won)
+	}
+	if got := len(events(t, s, berth.EventFilter{Entity: "sandbox/"})); got != 1 {
+		t.Errorf("%d sandbox events, want 1", got)
+	}
+	if got := len(events(t, s, berth.EventFilter{Entity: "agent/a1"})); got != 1 {
+		t.Errorf("%d agent events, want 1 (registered)", got)
+	}
+}

@@ -1,0 +1,290 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/berth-dev/berth"
+)
+
+func testTemplates(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	for _, tpl := range []berth.Template{
+		{Name: "shell", MemoryMiB: 256, VCPUs: 1},
+		{Name: "python", MemoryMiB: 512, VCPUs: 1},
+		{Name: "python", MemoryMiB: 1024, VCPUs: 2}, // replaces
+	} {
+		if err := s.PutTemplate(ctx, tpl); err != nil {
+			t.Fatalf("PutTemplate(%+v): %v", tpl, err)
+		}
+	}
+	got, err := s.Template(ctx, "python")
+	if err != nil {
+		t.Fatalf("Template(python): %v", err)
+	}
+	if diff := cmp.Diff(berth.Template{Name: "python", MemoryMiB: 1024, VCPUs: 2}, got); diff != "" {
+		t.Errorf("Template(python) mismatch (-want +got):\n%s", diff)
+	}
+	all, err := s.Templates(ctx)
+	if err != nil {
+		t.Fatalf("Templates: %v", err)
+	}
+	want := []berth.Template{{Name: "python", MemoryMiB: 1024, VCPUs: 2}, {Name: "shell", MemoryMiB: 256, VCPUs: 1}}
+	if diff := cmp.Diff(want, all); diff != "" {
+		t.Errorf("Templates mismatch (-want +got):\n%s", diff)
+	}
+	_, err = s.Template(ctx, "ruby")
+	wantNotFound(t, "Template(ruby)", err)
+}
+
+func testCreateSandboxRoundTrip(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	full := berth.Sandbox{
+		ID: "sb-1", Template: "python", Tenant: "acme", AgentID: "a1", State: berth.SandboxStarting,
+		MemoryMiB: 1536, VCPUs: 2, Stateful: true, CreatedAt: at(-time.Second), ExpiresAt: at(time.Hour),
+		Metadata: map[string]string{"job": "ci-42", "owner": "ana"}, Reason: "placed", IdempotencyKey: "key-1",
+	}
+	bare := berth.Sandbox{ID: "sb-2", Template: "shell", Tenant: "acme"} // pending, no agent, no times
+	if err := s.CreateSandbox(ctx, full, "tenant/acme", T0); err != nil {
+		t.Fatalf("CreateSandbox(full): %v", err)
+	}
+	if err := s.CreateSandbox(ctx, bare, "tenant/acme", at(time.Second)); err != nil {
+		t.Fatalf("CreateSandbox(bare): %v", err)
+	}
+	got, err := s.Sandbox(ctx, "sb-1")
+	if err != nil {
+		t.Fatalf("Sandbox(sb-1): %v", err)
+	}
+	if diff := cmp.Diff(full, got); diff != "" {
+		t.Errorf("Sandbox(sb-1) mismatch (-want +got):\n%s", diff)
+	}
+	got, err = s.Sandbox(ctx, "sb-2")
+	if err != nil {
+		t.Fatalf("Sandbox(sb-2): %v", err)
+	}
+	wantBare := bare
+	wantBare.State, wantBare.CreatedAt = berth.SandboxPending, at(time.Second) // defaults
+	if diff := cmp.Diff(wantBare, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Sandbox(sb-2) mismatch (-want +got):\n%s", diff)
+	}
+	wantEvents(t, s, "sandbox/", []berth.Event{
+		{At: T0, Entity: "sandbox/sb-1", From: "pending", To: "starting", Reason: "placed on agent/a1", Actor: "tenant/acme"},
+		{At: at(time.Second), Entity: "sandbox/sb-2", From: "pending", To: "pending", Reason: "created", Actor: "tenant/acme"},
+	})
+}
+
+func testTimesAreUTCMilliseconds(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	zone := time.FixedZone("UTC+5", 5*3600)
+	created := time.Date(2031, 3, 14, 20, 0, 0, 123_456_789, zone)
+	sb := sandbox("sb-1", "acme", "", berth.SandboxRunning)
+	sb.CreatedAt, sb.ExpiresAt = created, created.Add(time.Minute)
+	mustCreate(t, s, sb, created)
+	got, err := s.Sandbox(ctx, "sb-1")
+	if err != nil {
+		t.Fatalf("Sandbox: %v", err)
+	}
+	want := created.Truncate(time.Millisecond)
+	for name, tm := range map[string]time.Time{
+		"CreatedAt": got.CreatedAt, "ExpiresAt": got.ExpiresAt.Add(-time.Minute),
+		"event At": events(t, s, berth.EventFilter{})[0].At,
+	} {
+		if tm.Location() != time.UTC || !tm.Equal(want) {
+			t.Errorf("%s = %v (%v), want %v in UTC", name, tm, tm.Location(), want.UTC())
+		}
+	}
+}
+
+func testSandboxNotFound(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	_, err := s.Sandbox(ctx, "nope")
+	wantNotFound(t, "Sandbox(nope)", err)
+	ok, err := s.TransitionSandbox(ctx, "nope", nil, berth.SandboxStopped, "deleted", "test", T0)
+	wantNotFound(t, "TransitionSandbox(nope)", err)
+	if ok {
+		t.Errorf("TransitionSandbox(nope) moved = true")
+	}
+	_, err = s.SandboxByIdempotencyKey(ctx, "acme", "k")
+	wantNotFound(t, "SandboxByIdempotencyKey", err)
+}
+
+func testIdempotencyConflict(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	withKey := func(id, tenant, key string) berth.Sandbox {
+		sb := sandbox(id, tenant, "a1", berth.SandboxStarting)
+		sb.IdempotencyKey = key
+		return sb
+	}
+	mustCreate(t, s, withKey("sb-1", "acme", "k1"), T0)
+	err := s.CreateSandbox(ctx, withKey("sb-2", "acme", "k1"), "test", T0)
+	if !errors.Is(err, berth.ErrIdempotencyConflict) {
+		t.Fatalf("second create with key k1: err = %v, want ErrIdempotencyConflict", err)
+	}
+	_, err = s.Sandbox(ctx, "sb-2")
+	wantNotFound(t, "Sandbox(sb-2) after conflict", err)
+	wantEvents(t, s, "sandbox/sb-2", nil)
+
+	mustCreate(t, s, withKey("sb-3", "beta", "k1"), T0) // another tenant may use the same key
+	for _, tc := range []struct{ tenant, key, want string }{
+		{"acme", "k1", "sb-1"},
+		{"beta", "k1", "sb-3"},
+	} {
+		got, err := s.SandboxByIdempotencyKey(ctx, tc.tenant, tc.key)
+		if err != nil || got.ID != tc.want {
+			t.Errorf("SandboxByIdempotencyKey(%s, %s) = %q, %v; want %q", tc.tenant, tc.key, got.ID, err, tc.want)
+		}
+	}
+	_, err = s.SandboxByIdempotencyKey(ctx, "acme", "k2")
+	wantNotFound(t, "SandboxByIdempotencyKey(acme, k2)", err)
+
+	// A stopped sandbox keeps its key: the retry must see the first outcome (API-4).
+	mustTransition(t, s, "sb-3", berth.SandboxStopped, "deleted", at(time.Second))
+	if err := s.CreateSandbox(ctx, withKey("sb-4", "beta", "k1"), "test", T0); !errors.Is(err, berth.ErrIdempotencyConflict) {
+		t.Errorf("create over a stopped sandbox's key: err = %v, want ErrIdempotencyConflict", err)
+	}
+}
+
+func testFailedFreesIdempotencyKey(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	sb := sandbox("sb-1", "acme", "a1", berth.SandboxStarting)
+	sb.IdempotencyKey = "k1"
+	mustCreate(t, s, sb, T0)
+	mustTransition(t, s, "sb-1", berth.SandboxFailed, "agent refused", at(time.Second))
+	_, err := s.SandboxByIdempotencyKey(ctx, "acme", "k1")
+	wantNotFound(t, "SandboxByIdempotencyKey after failed", err)
+	retry := sandbox("sb-2", "acme", "a2", berth.SandboxStarting)
+	retry.IdempotencyKey = "k1"
+	if err := s.CreateSandbox(ctx, retry, "test", at(2*time.Second)); err != nil {
+		t.Fatalf("create retry after failed: %v", err)
+	}
+	got, err := s.SandboxByIdempotencyKey(ctx, "acme", "k1")
+	if err != nil || got.ID != "sb-2" {
+		t.Errorf("SandboxByIdempotencyKey = %q, %v; want sb-2", got.ID, err)
+	}
+	failed, err := s.Sandbox(ctx, "sb-1")
+	if err != nil {
+		t.Fatalf("Sandbox(sb-1): %v", err)
+	}
+	if failed.State != berth.SandboxFailed || failed.Reason != "agent refused" {
+		t.Errorf("sb-1 = %s (%q), want failed (agent refused)", failed.State, failed.Reason)
+	}
+}
+
+func testTransitionSandbox(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	S := func(states ...berth.SandboxState) []berth.SandboxState { return states }
+	tests := []struct {
+		name  string
+		start berth.SandboxState
+		from  []berth.SandboxState
+		to    berth.SandboxState
+		moved bool
+	}{
+		{"any non-terminal", berth.SandboxRunning, nil, berth.SandboxStopping, true},
+		{"from matches", berth.SandboxRunning, S(berth.SandboxStarting, berth.SandboxRunning), berth.SandboxStopped, true},
+		{"from does not match", berth.SandboxStarting, S(berth.SandboxRunning), berth.SandboxStopped, false},
+		{"terminal is final by default", berth.SandboxStopped, nil, berth.SandboxLost, false},
+		{"terminal left when named", berth.SandboxFailed, S(berth.SandboxFailed), berth.SandboxLost, true},
+		{"same state is no transition", berth.SandboxRunning, nil, berth.SandboxRunning, false},
+		{"pending to starting", berth.SandboxPending, S(berth.SandboxPending), berth.SandboxStarting, true},
+	}
+	for i, tc := range tests {
+		id := "sb-" + string(rune('a'+i))
+		sb := sandbox(id, "acme", "a1", tc.start)
+		sb.Reason = "initial"
+		mustCreate(t, s, sb, T0)
+		moved, err := s.TransitionSandbox(ctx, id, tc.from, tc.to, "why", "actor-x", at(time.Second))
+		if err != nil || moved != tc.moved {
+			t.Errorf("%s: TransitionSandbox(%s → %s) = %v, %v; want %v, nil", tc.name, tc.start, tc.to, moved, err, tc.moved)
+			continue
+		}
+		got, err := s.Sandbox(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: Sandbox: %v", tc.name, err)
+		}
+		wantState, wantReason := tc.start, "initial"
+		want := []berth.Event{{At: T0, Entity: "sandbox/" + id, From: "pending", To: string(tc.start), Reason: "placed on agent/a1", Actor: "test"}}
+		if tc.moved {
+			wantState, wantReason = tc.to, "why"
+			want = append(want, berth.Event{At: at(time.Second), Entity: "sandbox/" + id, From: string(tc.start), To: string(tc.to), Reason: "why", Actor: "actor-x"})
+		}
+		if got.State != wantState || got.Reason != wantReason {
+			t.Errorf("%s: sandbox = %s (%q), want %s (%q)", tc.name, got.State, got.Reason, wantState, wantReason)
+		}
+		wantEvents(t, s, "sandbox/"+id, want)
+	}
+}
+
+func testTerminalReleases(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 4096), T0)
+	mustCreate(t, s, sandbox("sb-1", "acme", "a1", berth.SandboxStarting), T0)
+	mustReserve(t, s, reservation("r1", "a1", "sb-1", 1024, T0), T0)
+	mustReserve(t, s, reservation("r2", "a1", "sb-2", 512, T0), T0)
+
+	mustTransition(t, s, "sb-1", berth.SandboxStopping, "deleted", at(time.Second))
+	if diff := cmp.Diff([]string{"r1", "r2"}, reservationIDs(t, s)); diff != "" {
+		t.Errorf("after a non-terminal transition, reservations (-want +got):\n%s", diff)
+	}
+	ok, err := s.TransitionSandbox(ctx, "sb-1", nil, berth.SandboxStopped, "deleted", "server/r1", at(2*time.Second))
+	if err != nil || !ok {
+		t.Fatalf("TransitionSandbox(stopped) = %v, %v", ok, err)
+	}
+	if diff := cmp.Diff([]string{"r2"}, reservationIDs(t, s)); diff != "" {
+		t.Errorf("after stopped, reservations (-want +got):\n%s", diff)
+	}
+	wantEvents(t, s, "reservation/r1", []berth.Event{
+		{At: T0, Entity: "reservation/r1", From: "", To: "held", Reason: "reserved for sandbox/sb-1 by replica-1", Actor: "replica-1"},
+		{At: at(2 * time.Second), Entity: "reservation/r1", From: "held", To: "released", Reason: "sandbox stopped", Actor: "server/r1"},
+	})
+	pending, err := s.Pending(ctx, at(2*time.Second))
+	if err != nil {
+		t.Fatalf("Pending: %v", err)
+	}
+	if diff := cmp.Diff(map[string]int64{"a1": 512}, pending); diff != "" {
+		t.Errorf("Pending (-want +got):\n%s", diff)
+	}
+}
+
+func testSandboxesFilter(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	for i, sb := range []berth.Sandbox{
+		sandbox("sb-1", "acme", "a1", berth.SandboxRunning),
+		sandbox("sb-2", "beta", "a1", berth.SandboxRunning),
+		sandbox("sb-3", "acme", "a2", berth.SandboxStopped),
+		sandbox("sb-4", "acme", "a2", berth.SandboxRunning),
+	} {
+		sb.CreatedAt = at(time.Duration(i) * time.Second)
+		mustCreate(t, s, sb, sb.CreatedAt)
+	}
+	tests := []struct {
+		name   string
+		filter berth.SandboxFilter
+		want   []string
+	}{
+		{"all newest first", berth.SandboxFilter{}, []string{"sb-4", "sb-3", "sb-2", "sb-1"}},
+		{"tenant", berth.SandboxFilter{Tenant: "acme"}, []string{"sb-4", "sb-3", "sb-1"}},
+		{"state", berth.SandboxFilter{State: berth.SandboxRunning}, []string{"sb-4", "sb-2", "sb-1"}},
+		{"agent", berth.SandboxFilter{AgentID: "a2"}, []string{"sb-4", "sb-3"}},
+		{"all fields", berth.SandboxFilter{Tenant: "acme", State: berth.SandboxRunning, AgentID: "a1"}, []string{"sb-1"}},
+		{"limit keeps the newest", berth.SandboxFilter{Limit: 2}, []string{"sb-4", "sb-3"}},
+		{"nothing", berth.SandboxFilter{Tenant: "gamma"}, nil},
+	}
+	for _, tc := range tests {
+		got, err := s.Sandboxes(ctx, tc.filter)
+		if err != nil {
+			t.Fatalf("%s: Sandboxes: %v", tc.name, err)
+		}
+		var ids []string
+		for _, sb := range got {
+			ids = append(ids, sb.ID)
+		}
+		if diff := cmp.Diff(tc.want, ids); diff != "" {
+			t.Errorf("%s: Sandboxes(%+v) ids (-want +got):\n%s", tc.name, tc.filter, diff)
+		}
+	}
+}

@@ -1,0 +1,44 @@
+package berth
+
+import "time"
+
+// HTTP headers of the v1 contract.
+const (
+	// HeaderIdempotencyKey makes a retried create return the first outcome (API-4).
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderFirstAttempt carries the RFC 3339 time of a create's first attempt, so the server
+	// can measure time from first refusal to success (SDK-3, MET-4).
+	HeaderFirstAttempt = "Berth-First-Attempt"
+	// HeaderNodeToken authenticates the server to an agent's internal API (AGT-5).
+	HeaderNodeToken = "X-Node-Token"
+	// HeaderRequestID echoes the request id that also appears in error bodies and logs.
+	HeaderRequestID = "X-Request-Id"
+)
+
+// ErrorBody is the JSON body of every non-2xx answer (API-2):
+// {"error":{"code","message","retryable","retry_after_s","request_id","hosts"?}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody. RetryAfterS is whole seconds (the same value as the
+// Retry-After header); Hosts is the per-reason host count of capacity refusals (C21).
+type ErrorDetail struct {
+	Code        string         `json:"code"`
+	Message     string         `json:"message"`
+	Retryable   bool           `json:"retryable"`
+	RetryAfterS int            `json:"retry_after_s"`
+	RequestID   string         `json:"request_id"`
+	Hosts       map[string]int `json:"hosts,omitempty"`
+}
+
+// AgentCreate is the body of the agent's internal POST /internal/sandboxes: the sandbox the
+// scheduler placed there. The agent's local gate checks it again (AGT-2).
+type AgentCreate struct {
+	ID        string    `json:"id"`
+	Template  string    `json:"template"`
+	MemoryMiB int64     `json:"memory_mb"`
+	VCPUs     int       `json:"vcpus"`
+	Stateful  bool      `json:"stateful"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
