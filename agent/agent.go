@@ -97,15 +97,15 @@ type Agent struct {
 	bootID string
 	starts chan struct{}
 
-	mu          sync.Mutex
-	guests      map[string]*guest
-	ended       []berth.EndedSandbox
-	draining    bool
-	measureErrs int64
-	pressure    float64
-	cpuUsed     float64
+	mu                        sync.Mutex
+	guests                    map[string]*guest
+	ended                     []berth.EndedSandbox
+	draining                  bool
+	measureErrs               int64
+	pressure                  float64
+	cpuUsed                   float64
 	lastCPUBusy, lastCPUTotal uint64
-	kick        chan struct{} // asks the heartbeat loop to send now
+	kick                      chan struct{} // asks the heartbeat loop to send now
 
 	ln   net.Listener
 	addr string

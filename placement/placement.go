@@ -157,13 +157,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 				continue
 			}
 		}
-		charge := chargeFull
-		switch h.Mode {
-		case berth.AdmissionWorkingSet:
-			charge = chargeReserve
-		case berth.AdmissionNone:
-			charge = 0
-		}
+		charge := modeCharge(h.Mode, chargeFull, chargeReserve)
 		if !admission.Fits(h.AdmittableMiB, h.PendingMiB, charge) {
 			d.Rejected[ReasonInsufficientMemory]++
 			continue
@@ -206,6 +200,48 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// modeCharge returns the request's charge (ADM-4) on a host in admission mode m, given the
+// request's full and working-set charges: reserve for working-set, 0 for none, full for
+// committed or any other mode — exactly admission.Charge. A fleet may mix modes host by host
+// (ADM-1), and a switch on the string mispredicts on most hosts of such a fleet, so m is
+// compared as three overlapping 4-byte words and the result selected without branching.
+func modeCharge(m string, full, reserve int64) int64 {
+	n := len(m)
+	if n < 4 {
+		return full
+	}
+	// w0 = m[0:4], w1 = m[4:8] (m[0:4] when n < 8), w2 = m[n-4:n]. For n == 11 they cover
+	// every byte of "working-set"; for n == 4, w0 is all of "none".
+	j := min(n-4, 4)
+	w0 := le32(m[0:4])
+	w1 := le32(m[j : j+4])
+	w2 := le32(m[n-4 : n])
+	ws := b2i(n == len(berth.AdmissionWorkingSet)) & b2i(w0 == wsWord0) & b2i(w1 == wsWord1) & b2i(w2 == wsWord2)
+	none := b2i(n == len(berth.AdmissionNone)) & b2i(w0 == noneWord)
+	charge := full
+	if ws != 0 {
+		charge = reserve
+	}
+	if none != 0 {
+		charge = 0
+	}
+	return charge
+}
+
+// Little-endian words of the mode names that modeCharge compares.
+var (
+	wsWord0  = le32(berth.AdmissionWorkingSet[0:4])  // "work"
+	wsWord1  = le32(berth.AdmissionWorkingSet[4:8])  // "ing-"
+	wsWord2  = le32(berth.AdmissionWorkingSet[7:11]) // "-set"
+	noneWord = le32(berth.AdmissionNone)             // "none"
+)
+
+// le32 reads the first four bytes of s (len(s) ≥ 4) as a little-endian word.
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
 // ineligible returns the first filter after staleness that host i fails for req, in the

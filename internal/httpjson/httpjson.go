@@ -111,4 +111,3 @@ func decodeError(err error, limit int64) error {
 	}
 	return berth.Errorf(berth.EInvalidRequest, "invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
-

@@ -112,7 +112,7 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 		if err := applyEnded(ctx, tx, hb, actor, now); err != nil {
 			return err
 		}
-		netted, err = net(ctx, tx, hb, actor, now)
+		netted, err = netReservations(ctx, tx, hb, actor, now)
 		return err
 	})
 	if err != nil {
@@ -145,8 +145,8 @@ func applyEnded(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor strin
 	return nil
 }
 
-// net implements LED-4 for one heartbeat and returns how many reservations it released.
-func net(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
+// netReservations implements LED-4 for one heartbeat and returns how many reservations it released.
+func netReservations(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
 	listed := make(map[string]bool, len(hb.Sandboxes))
 	for _, h := range hb.Sandboxes {
 		listed[h.ID] = true

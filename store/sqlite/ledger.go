@@ -27,7 +27,7 @@ const SweeperActor = "ledger-sweeper"
 // memory_mb_admittable − Σ MiB of its reservations unexpired at now ≥ r.MiB, in one
 // INSERT … SELECT so no other writer can slip between the check and the insert. A zero-MiB
 // reservation always fits a known agent. r.ExpiresAt must be set (LED-2); a zero r.CreatedAt
-// becomes now. It reports whether r was taken and, if so, writes the event "" → held.
+// becomes now; an r.ID already in the ledger is an error. It reports whether r was taken and, if so, writes the event "" → held.
 func (s *Store) Reserve(ctx context.Context, r berth.Reservation, now time.Time) (bool, error) {
 	switch {
 	case r.ID == "" || r.AgentID == "":

@@ -82,7 +82,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: migrations: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.db, sub)
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.db, sub, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		return fmt.Errorf("sqlite: migrations: %w", err)
 	}
