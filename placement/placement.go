@@ -157,7 +157,27 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 				continue
 			}
 		}
-		charge := modeCharge(h.Mode, chargeFull, chargeReserve)
+		// charge = admission.Charge(h.Mode, req.MemoryMiB, req.Stateful), branch-free: a fleet
+		// may mix modes host by host (ADM-1), and a switch on the string mispredicts on most
+		// hosts of such a fleet. The mode is compared as three overlapping 4-byte words, which
+		// for an 11-byte mode cover every byte of "working-set" and for a 4-byte mode are all
+		// of "none" (TestModeChargeIsAdmissionCharge pins the equivalence).
+		charge := chargeFull
+		if m := h.Mode; len(m) >= 4 {
+			n := len(m)
+			w0 := le32(m[0:4])
+			w1 := le32(m[n-4 : n])
+			j := 4 & -b2i(n >= 8) // w2 = m[4:8], or m[0:4] when m is too short to be working-set
+			w2 := le32(m[j : j+4])
+			ws := b2i(n == 11) & b2i(w0 == wsWord0) & b2i(w1 == wsWord1) & b2i(w2 == wsWord2)
+			none := b2i(n == 4) & b2i(w0 == noneWord)
+			if ws != 0 {
+				charge = chargeReserve
+			}
+			if none != 0 {
+				charge = 0
+			}
+		}
 		if !admission.Fits(h.AdmittableMiB, h.PendingMiB, charge) {
 			d.Rejected[ReasonInsufficientMemory]++
 			continue
@@ -202,40 +222,12 @@ func b2i(b bool) int {
 	return 0
 }
 
-// modeCharge returns the request's charge (ADM-4) on a host in admission mode m, given the
-// request's full and working-set charges: reserve for working-set, 0 for none, full for
-// committed or any other mode — exactly admission.Charge. A fleet may mix modes host by host
-// (ADM-1), and a switch on the string mispredicts on most hosts of such a fleet, so m is
-// compared as three overlapping 4-byte words and the result selected without branching.
-func modeCharge(m string, full, reserve int64) int64 {
-	n := len(m)
-	if n < 4 {
-		return full
-	}
-	// w0 = m[0:4], w1 = m[4:8] (m[0:4] when n < 8), w2 = m[n-4:n]. For n == 11 they cover
-	// every byte of "working-set"; for n == 4, w0 is all of "none".
-	j := min(n-4, 4)
-	w0 := le32(m[0:4])
-	w1 := le32(m[j : j+4])
-	w2 := le32(m[n-4 : n])
-	ws := b2i(n == len(berth.AdmissionWorkingSet)) & b2i(w0 == wsWord0) & b2i(w1 == wsWord1) & b2i(w2 == wsWord2)
-	none := b2i(n == len(berth.AdmissionNone)) & b2i(w0 == noneWord)
-	charge := full
-	if ws != 0 {
-		charge = reserve
-	}
-	if none != 0 {
-		charge = 0
-	}
-	return charge
-}
-
-// Little-endian words of the mode names that modeCharge compares.
-var (
-	wsWord0  = le32(berth.AdmissionWorkingSet[0:4])  // "work"
-	wsWord1  = le32(berth.AdmissionWorkingSet[4:8])  // "ing-"
-	wsWord2  = le32(berth.AdmissionWorkingSet[7:11]) // "-set"
-	noneWord = le32(berth.AdmissionNone)             // "none"
+// Little-endian 4-byte words of the admission mode names (ADM-1) that Pick compares.
+const (
+	wsWord0  = 'w' | 'o'<<8 | 'r'<<16 | 'k'<<24 // working-set[0:4]
+	wsWord1  = '-' | 's'<<8 | 'e'<<16 | 't'<<24 // working-set[7:11]
+	wsWord2  = 'i' | 'n'<<8 | 'g'<<16 | '-'<<24 // working-set[4:8]
+	noneWord = 'n' | 'o'<<8 | 'n'<<16 | 'e'<<24 // none[0:4]
 )
 
 // le32 reads the first four bytes of s (len(s) ≥ 4) as a little-endian word.

@@ -145,7 +145,8 @@ func applyEnded(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor strin
 	return nil
 }
 
-// netReservations implements LED-4 for one heartbeat and returns how many reservations it released.
+// netReservations implements LED-4 for one heartbeat and returns how many reservations it
+// released.
 func netReservations(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
 	listed := make(map[string]bool, len(hb.Sandboxes))
 	for _, h := range hb.Sandboxes {

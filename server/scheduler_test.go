@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store/sqlite"
+	"github.com/google/go-cmp/cmp"
+)
+
+// fakeAgent serves the agent's internal create/delete calls with a chosen answer.
+type fakeAgent struct {
+	srv     *httptest.Server
+	refuse  string // error code to refuse creates with; "" accepts
+	creates atomic.Int64
+}
+
+func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
+	f := &fakeAgent{refuse: refuse}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(berth.HeaderNodeToken) != "node-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+			f.creates.Add(1)
+			if f.refuse != "" {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(berth.ErrorBody{Error: berth.ErrorDetail{Code: f.refuse}})
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type harness struct {
+	st    *sqlite.Store
+	srv   *httptest.Server
+	key   string
+	clock time.Time
+}
+
+func newHarness(t *testing.T, cacheTTL time.Duration) *harness {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h := &harness{st: st, key: NewKeySecret()}
+	must(t, st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 512, VCPUs: 1}))
+	must(t, st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()}))
+	must(t, st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: HashKey(h.key), CreatedAt: time.Now()}))
+	cfg := DefaultConfig()
+	cfg.NodeToken = "node-token"
+	cfg.CacheTTL = cacheTTL
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(cfg, st)
+	h.srv = httptest.NewServer(s.Handler())
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heartbeat writes an agent's heartbeat straight into the store, behind the server's back.
+func (h *harness) heartbeat(t *testing.T, id, addr string, admittable int64) {
+	t.Helper()
+	_, err := h.st.ApplyHeartbeat(context.Background(), berth.Heartbeat{
+		AgentID: id, Address: addr, Status: berth.AgentActive, IntakeOpen: true,
+		MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: admittable,
+		CPUTotal: 2, HeartbeatAt: time.Now(),
+	}, time.Now())
+	must(t, err)
+}
+
+func (h *harness) create(t *testing.T) (int, berth.Sandbox, berth.ErrorDetail) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes", strings.NewReader(`{"template":"python"}`))
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb berth.Sandbox
+	var eb berth.ErrorBody
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusCreated {
+		must(t, json.Unmarshal(b, &sb))
+	} else {
+		must(t, json.Unmarshal(b, &eb))
+	}
+	return resp.StatusCode, sb, eb.Error
+}
+
+// TestCase_C22_RereadBeforeRefusal: the cached table says no host fits, but a host freed
+// memory since; the replica re-reads the store and places the sandbox (PLC-6).
+func TestCase_C22_RereadBeforeRefusal(t *testing.T) {
+	h := newHarness(t, time.Hour) // the cache never expires by age in this test
+	a := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", a.srv.URL, 0)
+	if code, _, e := h.create(t); code != http.StatusServiceUnavailable || e.Code != berth.ENoCapacity {
+		t.Fatalf("full host: %d %+v, want 503 no_capacity", code, e)
+	}
+	h.heartbeat(t, "a1", a.srv.URL, 4096) // the host freed memory; the server's cache does not know
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated || sb.AgentID != "a1" {
+		t.Fatalf("after the host freed memory: %d %+v %+v, want 201 on a1", code, sb, e)
+	}
+}
+
+// TestPLC7_AgentRefusalTriesNextHost: when the chosen agent refuses, its reservation is
+// released and the next host is tried (PLC-7).
+func TestPLC7_AgentRefusalTriesNextHost(t *testing.T) {
+	h := newHarness(t, time.Second)
+	busy := newFakeAgent(t, berth.EHostStartsSaturated)
+	ok := newFakeAgent(t, "")
+	h.heartbeat(t, "busy", busy.srv.URL, 4096) // more room: Pick prefers it
+	h.heartbeat(t, "ok", ok.srv.URL, 1024)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated || sb.AgentID != "ok" {
+		t.Fatalf("create: %d %+v %+v, want 201 on ok", code, sb, e)
+	}
+	if busy.creates.Load() != 1 {
+		t.Fatalf("busy agent got %d creates, want 1", busy.creates.Load())
+	}
+	rs, err := h.st.Reservations(context.Background())
+	must(t, err)
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.AgentID+"/"+r.SandboxID)
+	}
+	if diff := cmp.Diff([]string{"ok/" + sb.ID}, got); diff != "" {
+		t.Fatalf("ledger after refusal (-want +got):\n%s", diff)
+	}
+}
+
+// TestPLC4_AllAgentsSaturated: every live host refused with host_starts_saturated, so the
+// answer carries that code and the host counts (ADM-10, C21).
+func TestPLC4_AllAgentsSaturated(t *testing.T) {
+	h := newHarness(t, time.Second)
+	for _, id := range []string{"s1", "s2"} {
+		h.heartbeat(t, id, newFakeAgent(t, berth.EHostStartsSaturated).srv.URL, 4096)
+	}
+	code, _, e := h.create(t)
+	if code != http.StatusServiceUnavailable || e.Code != berth.EHostStartsSaturated {
+		t.Fatalf("create: %d %+v, want 503 host_starts_saturated", code, e)
+	}
+	if diff := cmp.Diff(map[string]int{"total": 2, "saturated": 2}, e.Hosts); diff != "" {
+		t.Fatalf("hosts (-want +got):\n%s", diff)
+	}
+	rs, err := h.st.Reservations(context.Background())
+	must(t, err)
+	if len(rs) != 0 {
+		t.Fatalf("refused creates left reservations: %+v", rs)
+	}
+}
