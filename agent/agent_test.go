@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/google/go-cmp/cmp"
+)
+
+// fakeRuntime is a hand-written function-field fake (STYLE habit 7): the agent's logic is
+// tested here; the real process runtime is tested in its own package and end to end.
+type fakeRuntime struct {
+	mu       sync.Mutex
+	start    func(id string) error
+	resident map[string]int64
+	seen     bool
+	stopped  []string
+}
+
+func (f *fakeRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int) error {
+	if f.start != nil {
+		return f.start(id)
+	}
+	return nil
+}
+func (f *fakeRuntime) Stop(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, id)
+	return nil
+}
+func (f *fakeRuntime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
+	return berth.ExecResult{}, nil
+}
+func (f *fakeRuntime) WriteFile(ctx context.Context, id, path string, data []byte) error { return nil }
+func (f *fakeRuntime) ReadFile(ctx context.Context, id, path string) ([]byte, error)     { return nil, nil }
+func (f *fakeRuntime) Measure(id string) (int64, bool, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.resident[id], f.seen, false, nil
+}
+
+func newTestAgent(t *testing.T, mode string, memMiB int64, rt *fakeRuntime) *Agent {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID = "a1"
+	cfg.Admission = mode
+	cfg.MemoryMiB = memMiB
+	cfg.HeadroomMiB = 0
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := New(cfg, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.ln.Close() })
+	return a
+}
+
+func create(a *Agent, id string, mib int64) error {
+	return a.Create(context.Background(), berth.AgentCreate{ID: id, MemoryMiB: mib, ExpiresAt: time.Now().Add(time.Hour)})
+}
+
+// TestAGT2_LocalGateCommitted: the agent's own gate admits exactly what ADM-2 allows,
+// whatever the scheduler believed.
+func TestAGT2_LocalGateCommitted(t *testing.T) {
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, &fakeRuntime{})
+	for _, id := range []string{"s1", "s2", "s3", "s4"} {
+		if err := create(a, id, 512); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+	}
+	if err := create(a, "s5", 512); berth.ErrorCode(err) != berth.ENoCapacity {
+		t.Fatalf("5th create: %v, want no_capacity", err)
+	}
+	if hb := a.Heartbeat(time.Now()); hb.MemoryMiBAdmittable != 0 || hb.MemoryMiBCommitted != 2048 {
+		t.Fatalf("heartbeat admittable %d committed %d, want 0 and 2048", hb.MemoryMiBAdmittable, hb.MemoryMiBCommitted)
+	}
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatalf("a repeated create of a held id must succeed (scheduler retry): %v", err)
+	}
+}
+
+// TestADM5_ReserveUntilMeasured: a working-set guest is charged its reserve until a
+// measurement sees it, then its resident size.
+func TestADM5_ReserveUntilMeasured(t *testing.T) {
+	rt := &fakeRuntime{resident: map[string]int64{"s1": 40}}
+	a := newTestAgent(t, berth.AdmissionWorkingSet, 2048, rt)
+	if err := create(a, "s1", 1024); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Heartbeat(time.Now()).MemoryMiBAdmittable; got != 2048-512 {
+		t.Fatalf("before measurement admittable = %d, want %d (reserve 512)", got, 2048-512)
+	}
+	a.measureOnce(context.Background(), time.Now()) // runtime has not seen the guest yet
+	if got := a.Heartbeat(time.Now()).MemoryMiBAdmittable; got != 2048-512 {
+		t.Fatalf("unseen guest admittable = %d, want reserve still charged", got)
+	}
+	rt.mu.Lock()
+	rt.seen = true
+	rt.mu.Unlock()
+	a.measureOnce(context.Background(), time.Now())
+	if got := a.Heartbeat(time.Now()).MemoryMiBAdmittable; got != 2048-40 {
+		t.Fatalf("measured admittable = %d, want %d", got, 2048-40)
+	}
+}
+
+// TestADM5_ReserveExpires: a reserve no measurement ever confirms expires on its TTL.
+func TestADM5_ReserveExpires(t *testing.T) {
+	rt := &fakeRuntime{resident: map[string]int64{"s1": 0}}
+	a := newTestAgent(t, berth.AdmissionWorkingSet, 2048, rt)
+	if err := create(a, "s1", 1024); err != nil {
+		t.Fatal(err)
+	}
+	a.measureOnce(context.Background(), time.Now().Add(a.cfg.ReserveTTL+time.Second))
+	if got := a.Heartbeat(time.Now()).MemoryMiBAdmittable; got != 2048 {
+		t.Fatalf("after reserve TTL admittable = %d, want 2048", got)
+	}
+}
+
+// TestADM10_StartSemaphore: a create that cannot get a start slot quickly is refused with
+// host_starts_saturated, and a failed start releases its reserve (ADM-5).
+func TestADM10_StartSemaphore(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{})
+	rt := &fakeRuntime{start: func(id string) error {
+		if id == "slow" {
+			close(started)
+			<-release
+			return errors.New("boom")
+		}
+		return nil
+	}}
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, rt)
+	a.cfg.StartSlotWait = 20 * time.Millisecond
+	a.starts = make(chan struct{}, 1)
+	done := make(chan error)
+	go func() { done <- create(a, "slow", 512) }()
+	<-started
+	if err := create(a, "next", 512); berth.ErrorCode(err) != berth.EHostStartsSaturated {
+		t.Fatalf("create while the only slot is held: %v, want host_starts_saturated", err)
+	}
+	close(release)
+	if err := <-done; berth.ErrorCode(err) != berth.EUnavailable {
+		t.Fatalf("failed start: %v, want unavailable", err)
+	}
+	hb := a.Heartbeat(time.Now())
+	if hb.MemoryMiBAdmittable != 2048 || len(hb.Sandboxes) != 0 || hb.StartsInFlight != 0 {
+		t.Fatalf("after a failed start: admittable %d, sandboxes %v, starts %d; want everything released",
+			hb.MemoryMiBAdmittable, hb.Sandboxes, hb.StartsInFlight)
+	}
+}
+
+// TestAGT7_TTLStops: a guest past its TTL is stopped, its memory freed, and the transition
+// queued for the heartbeat.
+func TestAGT7_TTLStops(t *testing.T) {
+	rt := &fakeRuntime{}
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, rt)
+	if err := a.Create(context.Background(), berth.AgentCreate{ID: "s1", MemoryMiB: 512, ExpiresAt: time.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(2 * time.Second)
+	a.measureOnce(context.Background(), now)
+	hb := a.Heartbeat(now)
+	want := []berth.EndedSandbox{{ID: "s1", State: berth.SandboxStopped, Reason: "ttl", At: now.UTC()}}
+	if diff := cmp.Diff(want, hb.Ended); diff != "" {
+		t.Fatalf("ended (-want +got):\n%s", diff)
+	}
+	if hb.MemoryMiBAdmittable != 2048 || len(rt.stopped) != 1 {
+		t.Fatalf("admittable %d, stopped %v", hb.MemoryMiBAdmittable, rt.stopped)
+	}
+}
+
+// TestCase_C07_BadReadingClamped: a resident reading above the host's total is clamped and
+// counted; admittable never goes negative or wraps.
+func TestCase_C07_BadReadingClamped(t *testing.T) {
+	rt := &fakeRuntime{resident: map[string]int64{"s1": 1 << 40}, seen: true}
+	a := newTestAgent(t, berth.AdmissionWorkingSet, 2048, rt)
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	a.measureOnce(context.Background(), time.Now())
+	hb := a.Heartbeat(time.Now())
+	if hb.MemoryMiBAdmittable != 0 || hb.MeasurementErrors != 1 || hb.Sandboxes[0].ResidentMiB != 2048 {
+		t.Fatalf("heartbeat %+v: want admittable 0, 1 measurement error, resident clamped to 2048", hb)
+	}
+}
+
+// TestAGT5_DrainClosesIntake: a drained agent publishes admittable 0 and refuses creates.
+func TestAGT5_DrainClosesIntake(t *testing.T) {
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, &fakeRuntime{})
+	a.Drain("test")
+	a.Drain("test") // idempotent
+	hb := a.Heartbeat(time.Now())
+	if hb.Status != berth.AgentDraining || hb.IntakeOpen || hb.MemoryMiBAdmittable != 0 {
+		t.Fatalf("drained heartbeat %+v", hb)
+	}
+	if err := create(a, "s1", 512); berth.ErrorCode(err) != berth.ENoCapacity {
+		t.Fatalf("create on drained agent: %v", err)
+	}
+	a.Undrain()
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatalf("create after undrain: %v", err)
+	}
+}
+
+// TestNewRejectsBadConfig: POOL-1 and ADM-1 are checked before the agent starts.
+func TestNewRejectsBadConfig(t *testing.T) {
+	for name, mutate := range map[string]func(*Config){
+		"bad mode":             func(c *Config) { c.Admission = "optimistic" },
+		"bad pool":             func(c *Config) { c.Pool = "gold" },
+		"preemptible stateful": func(c *Config) { c.Preemptible = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			mutate(&cfg)
+			if a, err := New(cfg, &fakeRuntime{}); err == nil {
+				a.ln.Close()
+				t.Fatalf("New accepted %+v", cfg)
+			}
+		})
+	}
+}
