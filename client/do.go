@@ -100,7 +100,7 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 		// context's deadline is exclusive, since the context is already dead at that instant.
 		now := c.clock.Now()
 		end := now.Add(wait)
-		if deadline.IsZero() || (hasCtxDeadline && !end.Before(ctxDeadline)) {
+		if end.After(deadline) || (hasCtxDeadline && !end.Before(ctxDeadline)) {
 			return response{}, &CapacityUnavailable{
 				Elapsed: now.Sub(start), Attempts: attempt + 1, LastCode: last.Code, Last: last,
 			}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,7 +31,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// maxFakeSleeps stops a runaway retry loop (a regression) instead of hanging the test.
+const maxFakeSleeps = 1000
+
+var errRunaway = errors.New("fake clock: over 1000 waits, the retry loop does not end")
+
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if len(c.Sleeps()) >= maxFakeSleeps {
+		return errRunaway
+	}
 	if c.onSleep != nil {
 		if err := c.onSleep(ctx, d); err != nil {
 			return err

@@ -334,6 +334,9 @@ func TestCancelStopsWaiting(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || IsCapacityUnavailable(err) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
+	if !errors.Is(clk.err, context.Canceled) {
+		t.Errorf("the wait ended with %v, want context.Canceled", clk.err)
+	}
 	if len(s.Seen()) != 1 {
 		t.Errorf("server saw %d requests, want 1", len(s.Seen()))
 	}
@@ -343,11 +346,13 @@ func TestCancelStopsWaiting(t *testing.T) {
 type signalClock struct {
 	systemClock
 	sleeping chan time.Duration
+	err      error // what the last Sleep returned
 }
 
 func (c *signalClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.sleeping <- d
-	return c.systemClock.Sleep(ctx, d)
+	c.err = c.systemClock.Sleep(ctx, d)
+	return c.err
 }
 
 // A context deadline earlier than the overall deadline is the one that counts.

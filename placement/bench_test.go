@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +100,36 @@ func BenchmarkPick(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPickRegion places a request that names a region: every host then takes the
+// branch that classifies the request-dependent filters.
+func BenchmarkPickRegion(b *testing.B) {
+	hosts := benchFleet(10000, 42)
+	req := Request{MemoryMiB: 2048, Region: "eu-west"}
+	b.Run("hosts=10000", func(b *testing.B) {
+		b.ReportAllocs()
+		var seed uint64
+		for b.Loop() {
+			seed++
+			sinkDecision = Pick(hosts, req, now, Options{}, seed)
+		}
+	})
+}
+
+// BenchmarkPickAscending is Pick's worst case: hosts ordered by ascending free memory, so
+// nearly every host beats the best so far and none is skipped by the score bound.
+func BenchmarkPickAscending(b *testing.B) {
+	hosts := benchFleet(10000, 42)
+	slices.SortFunc(hosts, func(x, y Host) int { return cmp.Compare(x.AdmittableMiB-x.PendingMiB, y.AdmittableMiB-y.PendingMiB) })
+	b.Run("hosts=10000", func(b *testing.B) {
+		b.ReportAllocs()
+		var seed uint64
+		for b.Loop() {
+			seed++
+			sinkDecision = Pick(hosts, benchRequest, now, Options{}, seed)
+		}
+	})
 }
 
 // BenchmarkLinearScan is the floor Pick is measured against: one pass over the same host

@@ -6,6 +6,8 @@
 package placement
 
 import (
+	"math"
+
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
 )
@@ -54,21 +56,24 @@ const (
 
 // Host is one agent in the scheduler's snapshot. Memory is MiB, CPU is cores, LastSeenNano
 // is the server's clock (unix nanoseconds) when the latest heartbeat arrived.
+//
+// The fields Pick reads for every host come first, so they share one or two cache lines;
+// the strings only a constrained request looks at come last. Build a Host with field names.
 type Host struct {
-	ID            string
 	LastSeenNano  int64
+	AdmittableMiB int64 // the agent's published verdict (ADM-6)
+	PendingMiB    int64 // reservations the agent has not netted yet (LED-4)
+	CPUTotal      float64
+	CPUUsed       float64
+	Mode          string // admission mode of the agent (ADM-1)
 	Draining      bool
 	Quarantined   bool
 	IntakeOpen    bool
-	Preemptible   bool
 	StreamRestore bool
+	Preemptible   bool
+	ID            string
 	Region        string
 	Pool          string // "" means stateful (POOL-1)
-	Mode          string // admission mode of the agent (ADM-1)
-	AdmittableMiB int64  // the agent's published verdict (ADM-6)
-	PendingMiB    int64  // reservations the agent has not netted yet (LED-4)
-	CPUTotal      float64
-	CPUUsed       float64
 }
 
 // Request is what Pick places. MemoryMiB is the configured size. Exclude lists indices into
@@ -125,8 +130,11 @@ func (d *Decision) Code() string {
 // replicas with the same snapshot do not herd onto one host (PLC-2): pass a different value
 // per call (e.g. from a per-replica PRNG or a counter). Pick allocates nothing.
 //
-// The loop is the scheduler's hot path (docs/PERFORMANCE.md): filters that depend on the
-// request alone are decided once, and the rare rejections are classified out of line.
+// The loop is the scheduler's hot path (docs/PERFORMANCE.md). It makes no calls, decides
+// the request-only filters once, classifies the rare rejections behind one branch, and skips
+// a fitting host without reading its mode when an upper bound of its score cannot reach the
+// best so far. None of this changes the answer: a plain filter-then-score loop returns the
+// same Decision for the same seed (placement's TestPick_MatchesReference).
 func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) Decision {
 	d := Decision{Index: -1, Total: len(hosts)}
 	staleAfter := opt.StaleAfterNano
@@ -138,11 +146,10 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 	needStatefulPool := req.Stateful || req.VolumeHost != ""
 	// A request that names no region, pool, volume or exclusion and is stateless passes the
 	// region, pool and saturated filters on every host.
-	constrained := req.Region != "" || req.Pool != "" || needStatefulPool || len(req.Exclude) > 0
-	chargeFull := max(req.MemoryMiB, 0)
-	chargeReserve := admission.Charge(berth.AdmissionWorkingSet, req.MemoryMiB, req.Stateful)
+	slow := b2i(req.Region != "" || req.Pool != "" || needStatefulPool || len(req.Exclude) > 0)
+	chargeFull := max(req.MemoryMiB, 0) // the largest charge any mode makes (ADM-4)
 
-	var best float64
+	best := math.Inf(-1) // until the first fit; −∞ lets the bound below skip nothing
 	ties := uint64(0)
 	rng := seed
 	for i := range hosts {
@@ -151,43 +158,64 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 			d.Rejected[ReasonStale]++
 			continue
 		}
-		if h.Draining || h.Quarantined || !h.IntakeOpen || constrained {
-			if r := ineligible(h, i, &req, needStatefulPool); r < numReasons {
+		// One branch instead of four: few hosts are draining, quarantined or closed.
+		if b2i(h.Draining)|b2i(h.Quarantined)|b2i(!h.IntakeOpen)|slow != 0 {
+			r := numReasons
+			switch {
+			case h.Draining:
+				r = ReasonDraining
+			case h.Quarantined:
+				r = ReasonQuarantined
+			case !h.IntakeOpen:
+				r = ReasonPressure
+			case req.Region != "" && !eq(h.Region, req.Region):
+				r = ReasonRegionMismatch
+			case req.Pool != "" && !eq(req.Pool, poolOf(h)),
+				needStatefulPool && (h.Preemptible || poolOf(h) != berth.PoolStateful), // POOL-2/3
+				req.VolumeHost != "" && !eq(req.VolumeHost, h.ID):                      // POOL-2
+				r = ReasonPoolMismatch
+			case excluded(req.Exclude, i):
+				r = ReasonSaturated
+			}
+			if r < numReasons {
 				d.Rejected[r]++
 				continue
 			}
 		}
-		// charge = admission.Charge(h.Mode, req.MemoryMiB, req.Stateful), branch-free: a fleet
-		// may mix modes host by host (ADM-1), and a switch on the string mispredicts on most
-		// hosts of such a fleet. The mode is compared as three overlapping 4-byte words, which
-		// for an 11-byte mode cover every byte of "working-set" and for a 4-byte mode are all
-		// of "none" (TestModeChargeIsAdmissionCharge pins the equivalence).
-		charge := chargeFull
-		if m := h.Mode; len(m) >= 4 {
-			n := len(m)
-			w0 := le32(m[0:4])
-			w1 := le32(m[n-4 : n])
-			j := 4 & -b2i(n >= 8) // w2 = m[4:8], or m[0:4] when m is too short to be working-set
-			w2 := le32(m[j : j+4])
-			ws := b2i(n == 11) & b2i(w0 == wsWord0) & b2i(w1 == wsWord1) & b2i(w2 == wsWord2)
-			none := b2i(n == 4) & b2i(w0 == noneWord)
-			if ws != 0 {
-				charge = chargeReserve
+		if !admission.Fits(h.AdmittableMiB, h.PendingMiB, 0) { // nothing fits: charges are ≥ 0
+			d.Rejected[ReasonInsufficientMemory]++
+			continue
+		}
+		free := h.AdmittableMiB - max(h.PendingMiB, 0) // ≥ 0 and exact once zero fits (ADM-7)
+		// Every charge is at most the full size, so a host with free ≥ chargeFull fits
+		// whatever its mode, and its score charged nothing (spread) or the full size (pack)
+		// bounds its real score from above (rounding is monotone). When even that bound is
+		// below the best score so far the host can neither win nor tie: skip it without
+		// reading its mode. Most hosts of a large fleet leave here.
+		if free >= chargeFull {
+			var bound float64
+			if pack {
+				bound = -float64(free - chargeFull)
+			} else {
+				bound = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*float64(free) + streamBonus[b2i(h.StreamRestore)]
 			}
-			if none != 0 {
-				charge = 0
+			if bound < best {
+				continue
 			}
 		}
+		charge := admission.Charge(h.Mode, req.MemoryMiB, req.Stateful)
 		if !admission.Fits(h.AdmittableMiB, h.PendingMiB, charge) {
 			d.Rejected[ReasonInsufficientMemory]++
 			continue
 		}
-		left := float64(h.AdmittableMiB - max(h.PendingMiB, 0) - charge) // ≥ 0 once it fits
+		left := float64(free - charge)
 		var score float64
 		if pack {
 			score = -left
 		} else {
-			score = 0.6*(h.CPUTotal-h.CPUUsed) + 0.3*left/1024 + streamBonus[b2i(h.StreamRestore)]
+			// 0.6·freeCPU + 0.3·freeGiB (+5 for stream-restore); perGiB·left is bit-for-bit
+			// 0.3·left/1024, since scaling by 2⁻¹⁰ commutes with rounding.
+			score = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*left + streamBonus[b2i(h.StreamRestore)]
 		}
 		switch {
 		case d.Index < 0 || score > best:
@@ -211,6 +239,9 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 // DefaultStaleAfterNano is the default staleness cutoff: 30 s against a 10 s heartbeat (PLC-1).
 const DefaultStaleAfterNano int64 = 30e9
 
+// perGiB is the spread score's weight of one free MiB: 0.3 per GiB (PLC-2).
+const perGiB = 0.3 / 1024
+
 // streamBonus is the spread score's +5 for stream-restore hosts (PLC-2), indexed by b2i so
 // the hot loop has no branch on it.
 var streamBonus = [2]float64{0, 5}
@@ -222,55 +253,27 @@ func b2i(b bool) int {
 	return 0
 }
 
-// Little-endian 4-byte words of the admission mode names (ADM-1) that Pick compares.
-const (
-	wsWord0  = 'w' | 'o'<<8 | 'r'<<16 | 'k'<<24 // working-set[0:4]
-	wsWord1  = '-' | 's'<<8 | 'e'<<16 | 't'<<24 // working-set[7:11]
-	wsWord2  = 'i' | 'n'<<8 | 'g'<<16 | '-'<<24 // working-set[4:8]
-	noneWord = 'n' | 'o'<<8 | 'n'<<16 | 'e'<<24 // none[0:4]
-)
-
-// le32 reads the first four bytes of s (len(s) ≥ 4) as a little-endian word.
-func le32(s string) uint32 {
-	_ = s[3]
-	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+// poolOf returns the host's pool; an agent that reports none is stateful (POOL-1).
+func poolOf(h *Host) string {
+	if h.Pool == "" {
+		return berth.PoolStateful
+	}
+	return h.Pool
 }
 
-// ineligible returns the first filter after staleness that host i fails for req, in the
-// order of the Reason constants, or numReasons when it passes them all. It is kept out of
-// Pick's loop, which calls it only for the few hosts that need it.
-//
-//go:noinline
-func ineligible(h *Host, i int, req *Request, needStatefulPool bool) Reason {
-	switch {
-	case h.Draining:
-		return ReasonDraining
-	case h.Quarantined:
-		return ReasonQuarantined
-	case !h.IntakeOpen:
-		return ReasonPressure
-	case req.Region != "" && h.Region != req.Region:
-		return ReasonRegionMismatch
-	case !poolAllows(h, req, needStatefulPool):
-		return ReasonPoolMismatch
-	case excluded(req.Exclude, i):
-		return ReasonSaturated
-	}
-	return numReasons
-}
-
-func poolAllows(h *Host, req *Request, needStatefulPool bool) bool {
-	pool := h.Pool
-	if pool == "" {
-		pool = berth.PoolStateful
-	}
-	if req.Pool != "" && req.Pool != pool {
+// eq is a == b without the call to runtime.memequal that == makes for two variable strings,
+// so Pick's loop stays call-free and keeps its state in registers; it is for the short
+// region, pool and agent-id strings.
+func eq(a, b string) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	if needStatefulPool && (pool != berth.PoolStateful || h.Preemptible) {
-		return false
+	for i := 0; i < len(a); i++ {
+		if a[i] != b[i] {
+			return false
+		}
 	}
-	return req.VolumeHost == "" || req.VolumeHost == h.ID
+	return true
 }
 
 // splitmix64 is SplitMix64's output function: it spreads every input bit over the result.

@@ -187,6 +187,18 @@ func TestPLC1_PLC10_Filters(t *testing.T) {
 			want:  Decision{Index: -1, Total: 2, Live: 2, Rejected: rejected(map[Reason]int{ReasonInsufficientMemory: 2})},
 		},
 		{
+			name:  "ADM-7 a host too small is counted even after a better host was found",
+			hosts: []Host{host("big"), host("small", admittable(gib-1)), host("smaller", admittable(0))},
+			req:   Request{MemoryMiB: gib},
+			want:  Decision{Index: 0, ChargeMiB: gib, Total: 3, Live: 3, Rejected: rejected(map[Reason]int{ReasonInsufficientMemory: 2})},
+		},
+		{
+			name:  "ADM-7 pending above admittable never fits, even charged nothing",
+			hosts: []Host{host("none", mode(berth.AdmissionNone), admittable(100), pending(101))},
+			req:   Request{MemoryMiB: gib},
+			want:  Decision{Index: -1, Total: 1, Live: 1, Rejected: rejected(map[Reason]int{ReasonInsufficientMemory: 1})},
+		},
+		{
 			name:  "ADM-7 exact fit after pending",
 			hosts: []Host{host("a", admittable(4*gib), pending(3*gib))},
 			req:   Request{MemoryMiB: gib},

@@ -22,22 +22,31 @@ func anyMiB() *rapid.Generator[int64] {
 	)
 }
 
+// rare is true about one time in 20. rapid favours small draws, so the rare outcome is the
+// largest value, and the common case (a feasible host or request) stays common.
+func rare(t *rapid.T, label string) bool { return rapid.IntRange(0, 19).Draw(t, label) == 19 }
+
 var hostGen = rapid.Custom(func(t *rapid.T) Host {
+	age := rapid.Int64Range(-int64(time.Second), int64(20*time.Second)).Draw(t, "age")
+	if rare(t, "stale") {
+		age = rapid.Int64Range(0, int64(time.Hour)).Draw(t, "staleAge")
+	}
 	return Host{
 		ID:            rapid.SampledFrom([]string{"a", "b", "c", "vol"}).Draw(t, "id"),
-		LastSeenNano:  now - rapid.Int64Range(-int64(time.Second), int64(time.Hour)).Draw(t, "age"),
-		Draining:      rapid.Float64Range(0, 1).Draw(t, "draining") < 0.15,
-		Quarantined:   rapid.Float64Range(0, 1).Draw(t, "quarantined") < 0.1,
-		IntakeOpen:    rapid.Float64Range(0, 1).Draw(t, "open") < 0.85,
+		LastSeenNano:  now - age,
+		Draining:      rare(t, "draining"),
+		Quarantined:   rare(t, "quarantined"),
+		IntakeOpen:    !rare(t, "closed"),
 		Preemptible:   rapid.Bool().Draw(t, "preemptible"),
 		StreamRestore: rapid.Bool().Draw(t, "stream"),
-		Region:        rapid.SampledFrom([]string{"", "eu", "us"}).Draw(t, "region"),
+		Region:        rapid.SampledFrom([]string{"eu", "us", ""}).Draw(t, "region"),
 		Pool:          rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool"),
-		Mode:          rapid.SampledFrom([]string{berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, ""}).Draw(t, "mode"),
-		AdmittableMiB: anyMiB().Draw(t, "admittable"),
-		PendingMiB:    anyMiB().Draw(t, "pending"),
-		CPUTotal:      float64(rapid.IntRange(0, 64).Draw(t, "cpuTotal")),
-		CPUUsed:       float64(rapid.IntRange(0, 64).Draw(t, "cpuUsed")),
+		Mode:          rapid.SampledFrom([]string{berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, "", "working-sex", "nonE"}).Draw(t, "mode"),
+		// Few distinct values as often as arbitrary ones, so that scores tie.
+		AdmittableMiB: rapid.OneOf(rapid.SampledFrom([]int64{65536, 4096, 2048, 512, 0}), anyMiB()).Draw(t, "admittable"),
+		PendingMiB:    rapid.OneOf(rapid.SampledFrom([]int64{0, 1536}), anyMiB()).Draw(t, "pending"),
+		CPUTotal:      float64(rapid.SampledFrom([]int{8, 64, 0}).Draw(t, "cpuTotal")),
+		CPUUsed:       float64(rapid.IntRange(0, 8).Draw(t, "cpuUsed")),
 	}
 })
 
@@ -76,24 +85,115 @@ func reference(hosts []Host, i int, req Request, cutoff int64) (r Reason, ok boo
 	return numReasons, true
 }
 
+// fleetGen draws fleets of up to 24 hosts, either all different or copies of a small palette
+// (so that many hosts tie on score).
+var fleetGen = rapid.Custom(func(t *rapid.T) []Host {
+	if rapid.Bool().Draw(t, "distinct") {
+		return rapid.SliceOfN(hostGen, 0, 24).Draw(t, "hosts")
+	}
+	palette := rapid.SliceOfN(hostGen, 1, 3).Draw(t, "palette")
+	picks := rapid.SliceOfN(rapid.IntRange(0, len(palette)-1), 0, 24).Draw(t, "picks")
+	hosts := make([]Host, len(picks))
+	for i, p := range picks {
+		hosts[i] = palette[p]
+	}
+	return hosts
+})
+
+func requestGen() *rapid.Generator[Request] {
+	return rapid.Custom(func(t *rapid.T) Request {
+		var req Request
+		req.MemoryMiB = rapid.OneOf(rapid.SampledFrom([]int64{2048, 512, 4096, 0}), anyMiB()).Draw(t, "memory")
+		req.Stateful = rare(t, "stateful")
+		if rapid.IntRange(0, 3).Draw(t, "constrained") == 3 {
+			req.Region = rapid.SampledFrom([]string{"", "eu", "us"}).Draw(t, "region")
+			req.Pool = rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool")
+			req.VolumeHost = rapid.SampledFrom([]string{"", "vol", "gone"}).Draw(t, "volume")
+			req.Exclude = rapid.SliceOfN(rapid.IntRange(-1, 25), 0, 4).Draw(t, "exclude")
+		}
+		return req
+	})
+}
+
+func optionsGen() *rapid.Generator[Options] {
+	return rapid.Custom(func(t *rapid.T) Options {
+		return Options{
+			StaleAfterNano: rapid.SampledFrom([]int64{0, int64(10 * time.Second), int64(10 * time.Minute)}).Draw(t, "staleAfter"),
+			Strategy:       rapid.SampledFrom([]string{"", Spread, Pack}).Draw(t, "strategy"),
+		}
+	})
+}
+
+// pickReference is Pick as the SPEC states it, without the hot-path work: every host goes
+// through the filters in reason order, every fitting host is scored with the PLC-2 formula,
+// and equal scores are broken by the same reservoir sampling.
+func pickReference(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) Decision {
+	d := Decision{Index: -1, Total: len(hosts)}
+	staleAfter := opt.StaleAfterNano
+	if staleAfter <= 0 {
+		staleAfter = DefaultStaleAfterNano
+	}
+	var best float64
+	ties, rng := uint64(0), seed
+	for i, h := range hosts {
+		r, ok := reference(hosts, i, req, nowNano-staleAfter)
+		if r != ReasonStale {
+			d.Live++
+		}
+		if !ok {
+			d.Rejected[r]++
+			continue
+		}
+		charge := admission.Charge(h.Mode, req.MemoryMiB, req.Stateful)
+		left := h.AdmittableMiB - max(h.PendingMiB, 0) - charge // ≥ 0: it fits
+		var score float64
+		if opt.Strategy == Pack {
+			score = -float64(left)
+		} else {
+			score = 0.6*(h.CPUTotal-h.CPUUsed) + 0.3*float64(left)/1024
+			if h.StreamRestore {
+				score += 5
+			}
+		}
+		switch {
+		case d.Index < 0 || score > best:
+			d.Index, best, ties, d.ChargeMiB = i, score, 1, charge
+		case score == best:
+			ties++
+			rng += 0x9e3779b97f4a7c15
+			if splitmix64(rng)%ties == 0 {
+				d.Index, d.ChargeMiB = i, charge
+			}
+		}
+	}
+	return d
+}
+
+// TestPick_MatchesReference: the optimised Pick returns exactly the reference's Decision
+// (chosen index for the same seed, charge, live count, every rejection count) on random
+// fleets full of ties and extreme values, for both strategies and any request.
+func TestPick_MatchesReference(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		hosts := fleetGen.Draw(t, "hosts")
+		req := requestGen().Draw(t, "req")
+		opt := optionsGen().Draw(t, "opt")
+		seed := rapid.Uint64().Draw(t, "seed")
+		want := pickReference(hosts, req, now, opt, seed)
+		got := Pick(hosts, req, now, opt, seed)
+		if want != got {
+			t.Fatalf("Pick = %+v, reference = %+v", got, want)
+		}
+	})
+}
+
 // TestPLC10_PickNeverChoosesARejectedHost: over random fleets and requests, the chosen host
 // passes every filter, its charge is the ADM-4 charge, every other host is counted under
 // exactly the reason the SPEC gives, and a refusal accounts for all Total hosts.
 func TestPLC10_PickNeverChoosesARejectedHost(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		hosts := rapid.SliceOfN(hostGen, 0, 24).Draw(t, "hosts")
-		req := Request{
-			MemoryMiB:  anyMiB().Draw(t, "memory"),
-			Stateful:   rapid.Bool().Draw(t, "stateful"),
-			Region:     rapid.SampledFrom([]string{"", "eu", "us"}).Draw(t, "region"),
-			Pool:       rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool"),
-			VolumeHost: rapid.SampledFrom([]string{"", "", "vol", "gone"}).Draw(t, "volume"),
-			Exclude:    rapid.SliceOfN(rapid.IntRange(-1, 25), 0, 4).Draw(t, "exclude"),
-		}
-		opt := Options{
-			StaleAfterNano: rapid.SampledFrom([]int64{0, int64(10 * time.Second), int64(10 * time.Minute)}).Draw(t, "staleAfter"),
-			Strategy:       rapid.SampledFrom([]string{"", Spread, Pack}).Draw(t, "strategy"),
-		}
+		hosts := fleetGen.Draw(t, "hosts")
+		req := requestGen().Draw(t, "req")
+		opt := optionsGen().Draw(t, "opt")
 		staleAfter := opt.StaleAfterNano
 		if staleAfter == 0 {
 			staleAfter = DefaultStaleAfterNano
@@ -134,6 +234,17 @@ func TestPLC10_PickNeverChoosesARejectedHost(t *testing.T) {
 		}
 		if sum != d.Total-feasible {
 			t.Fatalf("rejected sum %d, want total %d − feasible %d", sum, d.Total, feasible)
+		}
+	})
+}
+
+// TestEq: the call-free string comparison of Pick's loop is ==.
+func TestEq(t *testing.T) {
+	short := rapid.StringOfN(rapid.RuneFrom([]rune("ab")), 0, 4, -1)
+	rapid.Check(t, func(t *rapid.T) {
+		a, b := short.Draw(t, "a"), short.Draw(t, "b")
+		if got := eq(a, b); got != (a == b) {
+			t.Fatalf("eq(%q, %q) = %v", a, b, got)
 		}
 	})
 }

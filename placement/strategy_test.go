@@ -28,6 +28,9 @@ func TestPLC2_SpreadAndPack(t *testing.T) {
 		{"spread prefers free CPU at equal memory", []Host{host("busy", cpu(15)), host("idle", cpu(1))}, Spread, "idle"},
 		{"spread weighs 1 GiB at 0.3 and a core at 0.6", []Host{host("mem", admittable(65536+3072), cpu(10)), host("cpu", cpu(8))}, Spread, "cpu"},
 		{"spread adds 5 for stream-restore", []Host{host("plain", admittable(65536+10<<10)), host("stream", stream)}, Spread, "stream"},
+		{"pack sees a host fuller by less than the charge", []Host{host("a", admittable(65536)), host("b", admittable(65536), pending(1536))}, Pack, "b"},
+		{"pack sees a working-set host fuller by less than the charge", []Host{host("a", admittable(65536)), host("b", mode(berth.AdmissionWorkingSet), admittable(63900))}, Pack, "b"},
+		{"spread sees a none host with less free memory but no charge", []Host{host("a", admittable(65536)), host("b", mode(berth.AdmissionNone), admittable(65536-1024))}, Spread, "b"},
 		{"pack ignores CPU", []Host{host("idle", admittable(8192), cpu(0)), host("busy", admittable(4096), cpu(16))}, Pack, "busy"},
 	}
 	for _, tt := range tests {
@@ -86,36 +89,40 @@ func TestPLC2_PackBurstFillsOneHost(t *testing.T) {
 }
 
 // TestPLC2_TiesDoNotHerd: among identical hosts every one is chosen a fair share across
-// seeds, for seeds from a PRNG and for plain counters (a replica may pass either).
+// seeds, in every admission mode and strategy, for seeds from a PRNG and for plain counters
+// (a replica may pass either).
 func TestPLC2_TiesDoNotHerd(t *testing.T) {
 	const nHosts, picks = 5, 5000
 	// Each share is Binomial(5000, 0.2): mean 1000, sd ≈ 28. The bounds are > 10 sd away,
 	// so a fair tie-break fails this with negligible probability; a herding one cannot pass.
 	const lo, hi = 700, 1300
-	hosts := make([]Host, nHosts)
-	for i := range hosts {
-		hosts[i] = host(fmt.Sprintf("h%d", i))
+	seeders := map[string]func(prng *rand.Rand, i int) uint64{
+		"prng":        func(prng *rand.Rand, _ int) uint64 { return prng.Uint64() },
+		"counter":     func(_ *rand.Rand, i int) uint64 { return uint64(i) },
+		"counter<<32": func(_ *rand.Rand, i int) uint64 { return uint64(i) << 32 },
 	}
-	prng := rand.New(rand.NewPCG(1, 2))
-	seeders := map[string]func(i int) uint64{
-		"prng":          func(int) uint64 { return prng.Uint64() },
-		"counter":       func(i int) uint64 { return uint64(i) },
-		"counter<<32":   func(i int) uint64 { return uint64(i) << 32 },
-		"unix-nano-ish": func(i int) uint64 { return uint64(now) + uint64(i)*1000 },
-	}
-	for name, seed := range seeders {
-		t.Run(name, func(t *testing.T) {
-			counts := make([]int, nHosts)
-			for i := range picks {
-				d := Pick(hosts, Request{MemoryMiB: 1024}, now, Options{}, seed(i))
-				counts[d.Index]++
+	for _, m := range []string{berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone} {
+		for _, strategy := range []string{Spread, Pack} {
+			for name, seed := range seeders {
+				t.Run(m+"/"+strategy+"/"+name, func(t *testing.T) {
+					hosts := make([]Host, nHosts)
+					for i := range hosts {
+						hosts[i] = host(fmt.Sprintf("h%d", i), mode(m))
+					}
+					prng := rand.New(rand.NewPCG(1, 2))
+					counts := make([]int, nHosts)
+					for i := range picks {
+						d := Pick(hosts, Request{MemoryMiB: 1024}, now, Options{Strategy: strategy}, seed(prng, i))
+						counts[d.Index]++
+					}
+					for i, n := range counts {
+						if n < lo || n > hi {
+							t.Errorf("host %d chosen %d of %d times, want within [%d, %d]; all: %v", i, n, picks, lo, hi, counts)
+						}
+					}
+				})
 			}
-			for i, n := range counts {
-				if n < lo || n > hi {
-					t.Errorf("host %d chosen %d of %d times, want within [%d, %d]; all: %v", i, n, picks, lo, hi, counts)
-				}
-			}
-		})
+		}
 	}
 }
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,15 +152,12 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	go func() { defer s.wg.Done(); _ = s.httpSrv.Serve(ln) }()
 	go func() { defer s.wg.Done(); _ = srv.Run(ctx) }()
 
-	// Cgroup names derive from the data dir, so two dev stacks never share (and never clean
-	// up) each other's cgroups, while a restart of the same stack finds its leftovers.
-	sum := sha256.Sum256([]byte(data))
-	instance := hex.EncodeToString(sum[:4])
+	// The runtime scopes its cgroups by its directory, so two dev stacks never share (or
+	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
 	for i := 1; i <= cfg.Agents; i++ {
 		id := fmt.Sprintf("dev-agent-%d", i)
 		rt, err := process.New(process.Config{
 			Dir:          filepath.Join(data, "agents", id),
-			CgroupParent: "berth-" + instance + "-" + id,
 			Isolate:      cfg.Isolate,
 			Logger:       cfg.Logger.With("agent", id),
 		})

@@ -85,7 +85,7 @@ func newCgroupSet(m memoryMount, parent, instance string) (*cgroupSet, error) {
 		dir := m.path
 		for _, part := range append([]string{""}, strings.Split(strings.Trim(rel, "/"), "/")...) {
 			dir = filepath.Join(dir, part)
-			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
 				return nil, fmt.Errorf("process: enable memory controller in %s: %w", dir, err)
 			}
 		}
@@ -115,7 +115,7 @@ func (c *cgroupSet) create(id string, memoryMiB int64) (string, error) {
 		file = "memory.max"
 	}
 	limit := strconv.FormatInt(memoryMiB<<20, 10)
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(limit), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(limit), 0o644); err != nil {
 		syscall.Rmdir(dir)
 		return "", fmt.Errorf("process: set %s of %s: %w", file, dir, err)
 	}
@@ -124,7 +124,7 @@ func (c *cgroupSet) create(id string, memoryMiB int64) (string, error) {
 
 // addProc moves pid into the cgroup at dir.
 func addProc(dir string, pid int) error {
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 		return fmt.Errorf("process: move pid %d into %s: %w", pid, dir, err)
 	}
 	return nil

@@ -66,14 +66,15 @@ func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-c
 	if err != nil {
 		return 0, nil, err
 	}
+	pid := p.Pid // Release sets p.Pid to -1
 	ch := make(chan syscall.WaitStatus, 1)
-	r.waiters[p.Pid] = ch
-	p.Release()
+	r.waiters[pid] = ch
+	p.Release() // the reaper waits, not os.Process
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
-	return p.Pid, ch, nil
+	return pid, ch, nil
 }
 
 // exec runs req.Cmd and returns when the command itself exits (or its timeout or ctx kills its
@@ -154,10 +155,10 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	case ws = <-done:
 	case <-timer.C:
 		timedOut = true
-		syscall.Kill(-pid, syscall.SIGKILL)
+		killGroup(pid)
 		ws = <-done
 	case <-ctx.Done():
-		syscall.Kill(-pid, syscall.SIGKILL)
+		killGroup(pid)
 		ws = <-done
 	}
 	if feed != nil {
@@ -178,6 +179,14 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	}
 	resp.Stderr = string(errText)
 	return resp
+}
+
+// killGroup kills the process group led by pid; it refuses pids that would address more
+// than one group (kill(0) or kill(-1) semantics).
+func killGroup(pid int) {
+	if pid > 1 {
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
 }
 
 // stdinFor returns the command's stdin: /dev/null when there is none, else the read end of a

@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -76,7 +78,21 @@ func runInit(args []string) int {
 	// Die with the agent: the sandbox cannot outlive the runtime that would stop it. Set here,
 	// not through SysProcAttr.Pdeathsig, whose parent check misfires in a new PID namespace
 	// (getppid is 0 there). Should the agent already be gone, the read below sees EOF.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+	// With isolation SIGKILL suffices (PID 1's death empties its namespace); without, the
+	// init takes SIGTERM and kills its tree first, or the tree would be orphaned.
+	deathSig := unix.SIGKILL
+	if !c.isolated {
+		deathSig = unix.SIGTERM
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, unix.SIGTERM)
+		go func() {
+			<-term
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			killTree(ctx, os.Getpid(), func() error { os.Exit(1); return nil }, func() bool { return false })
+		}()
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(deathSig), 0, 0, 0); err != nil {
 		log.Error("set parent death signal", "err", err)
 		return 1
 	}
@@ -154,7 +170,7 @@ func setupInit(c initConfig, log *slog.Logger) (net.Listener, string, error) {
 		return nil, "", fmt.Errorf("open %s: %w", root, err)
 	}
 	defer unix.Close(rootFD)
-	if c.hide != "" {
+	if c.hide != "" && c.hide != "/" {
 		if err := unix.Mount("tmpfs", c.hide, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64k,mode=0755"); err != nil {
 			return nil, "", fmt.Errorf("hide %s: %w", c.hide, err)
 		}

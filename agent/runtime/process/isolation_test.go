@@ -27,7 +27,16 @@ func isolatedRuntime(t *testing.T) *Runtime {
 // Each sandbox has its own /tmp, hostname, PID namespace and /proc (AGT-3), and sees neither
 // the runtime's Dir nor other sandboxes.
 func TestIsolation(t *testing.T) {
-	r := isolatedRuntime(t)
+	if os.Geteuid() != 0 {
+		t.Skip("isolation needs root; run the tests as root to cover namespaces and cgroups")
+	}
+	// A Dir outside /tmp, so that what hides it is the tmpfs cover, not the /tmp bind-mount.
+	dir, err := os.MkdirTemp("/var/tmp", "berth-process-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	r := newRuntimeIn(t, dir, IsolateOn)
 	startSandbox(t, r, "sb-iso-a", 256)
 	startSandbox(t, r, "sb-iso-b", 256)
 	ctx := context.Background()
@@ -59,7 +68,10 @@ func TestIsolation(t *testing.T) {
 		{"the init is PID 1", []string{"cat", "/proc/1/cmdline"},
 			func(s string) bool { return strings.Contains(s, initArg) && strings.Contains(s, "-id=sb-iso-a") }},
 		{"a command gets a small pid", []string{"sh", "-c", "echo $$"},
-			func(s string) bool { n, err := strconv.Atoi(strings.TrimSpace(s)); return err == nil && n > 1 && n < 100 }},
+			func(s string) bool {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				return err == nil && n > 1 && n < 100
+			}},
 		{"cwd is /tmp", []string{"pwd"}, func(s string) bool { return s == "/tmp\n" }},
 		{"the runtime's Dir is hidden", []string{"ls", "-A", r.dir}, func(s string) bool { return s == "" }},
 		{"only the init and the command run", []string{"python3", "-c", "import os; print(sum(p.isdigit() for p in os.listdir('/proc')))"},

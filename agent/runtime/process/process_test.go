@@ -17,6 +17,9 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeRunInit()
+	if mode := os.Getenv(fakeAgentEnv); mode != "" {
+		os.Exit(fakeAgent(mode, os.Getenv(fakeAgentDirEnv)))
+	}
 	os.Exit(m.Run())
 }
 

@@ -98,28 +98,37 @@ func residentBytes(procDir string, pid int) int64 {
 
 // killTree kills every descendant of root, repeating until none is left alive (a process may
 // fork while we kill; its child is re-parented to root, a subreaper, and caught next round),
-// then root itself through kill. It gives up when ctx ends.
-func killTree(ctx context.Context, root int, kill func() error) error {
-	for {
+// then root itself through kill, and waits until gone reports root dead. gone must not trust
+// the pid alone: once root is reaped its pid may be reused. It gives up when ctx ends.
+func killTree(ctx context.Context, root int, kill func() error, gone func() bool) error {
+	killed := false
+	for !gone() {
 		tree := processTree("/proc", root)
-		if len(tree) <= 1 {
-			break
-		}
-		for _, pid := range tree[1:] {
-			syscall.Kill(pid, syscall.SIGKILL)
+		switch {
+		case len(tree) == 0:
+			return nil
+		case len(tree) == 1 && !killed:
+			if err := kill(); err != nil {
+				return err
+			}
+			killed = true
+		default:
+			for _, pid := range tree[1:] {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			kill()
-			return fmt.Errorf("process: descendants of %d survive: %w", root, ctx.Err())
+			return fmt.Errorf("process: tree of %d survives: %w", root, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return kill()
+	return nil
 }
 
-// isOurInit reports whether pid is a sandbox init serving dir (so a pid read back from an old
-// init.pid file is not a stranger that reused the number).
+// isOurInit reports whether pid is a live sandbox init serving dir (so a pid read back from an
+// old init.pid file is not a stranger that reused the number; a zombie has no command line).
 func isOurInit(pid int, dir string) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 	if err != nil {

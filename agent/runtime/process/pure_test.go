@@ -1,6 +1,8 @@
 package process
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -84,6 +86,51 @@ func TestValidID(t *testing.T) {
 	} {
 		if err := validID(id); (err == nil) != ok {
 			t.Errorf("validID(%q) = %v, want ok %t", id, err, ok)
+		}
+	}
+}
+
+// The cgroup file handling of both versions, against a plain directory standing in for the
+// hierarchy (this machine's memory controller is v1, so v2 cannot run for real here).
+func TestCgroupFiles(t *testing.T) {
+	cases := []struct {
+		v2                      bool
+		limitFile, usageFile    string
+		stat                    string
+		wantUsage, wantInactive int64
+	}{
+		{false, "memory.limit_in_bytes", "memory.usage_in_bytes",
+			"cache 1\ninactive_file 5\ntotal_cache 9\ntotal_inactive_file 104857600\n", 314572800, 104857600},
+		{true, "memory.max", "memory.current",
+			"anon 1\nfile 2\ninactive_file 104857600\nactive_file 7\n", 314572800, 104857600},
+	}
+	for _, tc := range cases {
+		mount := t.TempDir()
+		cs, err := newCgroupSet(memoryMount{path: mount, v2: tc.v2}, "berth/nested", "rt-x")
+		if err != nil {
+			t.Fatalf("v2=%t: newCgroupSet: %v", tc.v2, err)
+		}
+		if want := filepath.Join(mount, "berth/nested/rt-x"); cs.base != want {
+			t.Errorf("v2=%t: base = %s, want %s", tc.v2, cs.base, want)
+		}
+		for _, dir := range []string{"", "berth", "berth/nested", "berth/nested/rt-x"} {
+			b, err := os.ReadFile(filepath.Join(mount, dir, "cgroup.subtree_control"))
+			if got := string(b); tc.v2 && got != "+memory" || !tc.v2 && err == nil {
+				t.Errorf("v2=%t: %s/cgroup.subtree_control = %q, %v", tc.v2, dir, got, err)
+			}
+		}
+		dir, err := cs.create("sb", 256)
+		if err != nil {
+			t.Fatalf("v2=%t: create: %v", tc.v2, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, tc.limitFile)); string(b) != "268435456" {
+			t.Errorf("v2=%t: %s = %q, want 268435456", tc.v2, tc.limitFile, b)
+		}
+		os.WriteFile(filepath.Join(dir, tc.usageFile), []byte("314572800\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "memory.stat"), []byte(tc.stat), 0o644)
+		usage, inactive, err := cgroupUsage(dir, tc.v2)
+		if err != nil || usage != tc.wantUsage || inactive != tc.wantInactive {
+			t.Errorf("v2=%t: cgroupUsage = %d, %d, %v; want %d, %d", tc.v2, usage, inactive, err, tc.wantUsage, tc.wantInactive)
 		}
 	}
 }

@@ -197,7 +197,8 @@ func (r *Runtime) cleanLeftovers() {
 		if b, err := os.ReadFile(filepath.Join(sbDir, pidFile)); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isOurInit(pid, sbDir) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				killTree(ctx, pid, func() error { return syscall.Kill(pid, syscall.SIGKILL) })
+				killTree(ctx, pid, func() error { return syscall.Kill(pid, syscall.SIGKILL) },
+					func() bool { return !isOurInit(pid, sbDir) })
 				cancel()
 			}
 		}

@@ -163,7 +163,7 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       append([]string{"berth-sandbox"}, ic.args()...), // argv[0] shows in ps
-		Env:        []string{}, // the agent's environment (tokens) stays out of the sandbox
+		Env:        []string{},                                      // the agent's environment (tokens) stays out of the sandbox
 		Stdout:     logf,
 		Stderr:     logf,
 		ExtraFiles: []*os.File{goR, readyW}, // fds 3 and 4 (goFD, readyFD)
@@ -310,7 +310,7 @@ func (r *Runtime) teardown(sb *sandbox) error {
 		if r.isolated || sb.hasExited() { // once reaped, the pid may belong to a stranger
 			errs = append(errs, kill())
 		} else {
-			errs = append(errs, killTree(ctx, sb.proc.Pid, kill))
+			errs = append(errs, killTree(ctx, sb.proc.Pid, kill, sb.hasExited))
 		}
 		select {
 		case <-sb.exited:
