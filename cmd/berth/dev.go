@@ -157,9 +157,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	for i := 1; i <= cfg.Agents; i++ {
 		id := fmt.Sprintf("dev-agent-%d", i)
 		rt, err := process.New(process.Config{
-			Dir:          filepath.Join(data, "agents", id),
-			Isolate:      cfg.Isolate,
-			Logger:       cfg.Logger.With("agent", id),
+			Dir:     filepath.Join(data, "agents", id),
+			Isolate: cfg.Isolate,
+			Logger:  cfg.Logger.With("agent", id),
 		})
 		if err != nil {
 			return s, fmt.Errorf("runtime for %s: %w", id, err)
