@@ -20,7 +20,7 @@ func main() {
 	// A re-executed copy of this binary may be a sandbox's init (AGT-3); it never returns.
 	process.MaybeRunInit()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "berth:", err)
@@ -29,9 +29,10 @@ func main() {
 }
 
 // Main runs the berth command line with args; it is what tests call (STYLE habit 7).
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	root := newRootCmd()
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	return root.ExecuteContext(ctx)

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth"
+)
+
+// berthCLI runs the berth command line in-process against st and returns stdout.
+func berthCLI(t *testing.T, st *devStack, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	full := append([]string{"--url", st.URL, "--key", st.AdminKey}, args...)
+	err := Main(context.Background(), full, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), err
+}
+
+// TestCLI_SandboxLifecycle walks the operator subcommands the README shows: create, exec,
+// write, read, list, get, agents list, kill.
+func TestCLI_SandboxLifecycle(t *testing.T) {
+	st := bootDev(t, nil)
+	out, err := berthCLI(t, st, "", "sandbox", "create", "python")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var sb berth.Sandbox
+	if err := json.Unmarshal([]byte(out), &sb); err != nil || sb.ID == "" {
+		t.Fatalf("create printed %q: %v", out, err)
+	}
+	if out, err := berthCLI(t, st, "", "sandbox", "exec", sb.ID, "--", "python3", "-c", "print(2+2)"); err != nil || out != "4\n" {
+		t.Fatalf("exec = %q, %v; want 4", out, err)
+	}
+	if _, err := berthCLI(t, st, "", "sandbox", "exec", sb.ID, "--", "sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "code 3") {
+		t.Fatalf("exec of a failing command: %v, want an error naming exit code 3", err)
+	}
+	if _, err := berthCLI(t, st, "hello from berth\n", "sandbox", "write", sb.ID, "/tmp/hello.txt"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if out, err := berthCLI(t, st, "", "sandbox", "read", sb.ID, "/tmp/hello.txt"); err != nil || out != "hello from berth\n" {
+		t.Fatalf("read = %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"sandbox", "list"}, {"sandbox", "get", sb.ID}, {"agents", "list"}} {
+		out, err := berthCLI(t, st, "", args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		want := sb.ID
+		if args[0] == "agents" {
+			want = "dev-agent-1"
+		}
+		if !strings.Contains(out, want) {
+			t.Fatalf("%v printed %q, want it to mention %s", args, out, want)
+		}
+	}
+	if out, err := berthCLI(t, st, "", "templates"); err != nil || !strings.Contains(out, "python") || !strings.Contains(out, "shell") {
+		t.Fatalf("templates = %q, %v", out, err)
+	}
+	if _, err := berthCLI(t, st, "", "sandbox", "kill", sb.ID); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	out, err = berthCLI(t, st, "", "sandbox", "get", sb.ID)
+	if err != nil || !strings.Contains(out, `"stopped"`) {
+		t.Fatalf("after kill: %q, %v", out, err)
+	}
+	_, err = berthCLI(t, st, "", "sandbox", "create", "cobol")
+	if code := berth.ErrorCode(err); code != berth.ETemplateNotFound || exitCode(err) != 1 {
+		t.Fatalf("unknown template: %v (code %s, exit %d)", err, code, exitCode(err))
+	}
+}
