@@ -108,6 +108,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 			if err := insertEvent(ctx, tx, ev); err != nil {
 				return err
 			}
+			if err := loseUnheld(ctx, tx, hb, actor, now); err != nil {
+				return err
+			}
 		}
 		if err := applyEnded(ctx, tx, hb, actor, now); err != nil {
 			return err
@@ -139,6 +142,42 @@ func applyEnded(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor strin
 			continue
 		}
 		if _, err := transitionTx(ctx, tx, e.ID, nil, e.State, e.Reason, actor, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loseUnheld marks lost every live sandbox the store assigns to a restarted agent that its
+// first heartbeat after the restart does not list (AGT-6): a new boot holds nothing the
+// old one did not hand over, so "running" would be a lie.
+func loseUnheld(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor string, now time.Time) error {
+	listed := make(map[string]bool, len(hb.Sandboxes))
+	for _, h := range hb.Sandboxes {
+		listed[h.ID] = true
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM sandboxes WHERE agent_id = ? AND state NOT IN (`+
+		placeholders(len(terminalStates))+`) ORDER BY id`, append([]any{hb.AgentID}, terminalStates...)...)
+	if err != nil {
+		return fmt.Errorf("sqlite: reconcile %q: %w", hb.AgentID, err)
+	}
+	var lost []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite: reconcile %q: %w", hb.AgentID, err)
+		}
+		if !listed[id] {
+			lost = append(lost, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: reconcile %q: %w", hb.AgentID, err)
+	}
+	for _, id := range lost {
+		if _, err := transitionTx(ctx, tx, id, nil, berth.SandboxLost, "agent restarted without it", actor, now); err != nil {
 			return err
 		}
 	}

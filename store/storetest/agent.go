@@ -257,3 +257,32 @@ func testHeartbeatEnded(t *testing.T, s berth.Store) {
 		}
 	}
 }
+
+// testRestartLosesUnheld: the first heartbeat of a new boot lists what the agent holds; every
+// other live sandbox the store assigns to it becomes lost with an event (AGT-6), and nothing
+// changes while the boot id stays the same.
+func testRestartLosesUnheld(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := heartbeat("a1", 2048)
+	hb.BootID = "b1"
+	mustHeartbeat(t, s, hb, T0)
+	mustCreate(t, s, sandbox("kept", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("gone", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("other", "acme", "a2", berth.SandboxRunning), T0)
+	mustHeartbeat(t, s, hb, at(time.Second)) // same boot, empty list: no reconcile
+	if sb, err := s.Sandbox(ctx, "gone"); err != nil || sb.State != berth.SandboxRunning {
+		t.Fatalf("same boot: gone = %+v, %v; want still running", sb, err)
+	}
+	hb.BootID = "b2"
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "kept", ResidentMiB: 10, Measured: true}}
+	mustHeartbeat(t, s, hb, at(2*time.Second))
+	for id, want := range map[string]berth.SandboxState{"kept": berth.SandboxRunning, "gone": berth.SandboxLost, "other": berth.SandboxRunning} {
+		if sb, err := s.Sandbox(ctx, id); err != nil || sb.State != want {
+			t.Errorf("after restart: %s = %+v, %v; want %s", id, sb.State, err, want)
+		}
+	}
+	wantEvents(t, s, "sandbox/gone", []berth.Event{
+		{At: T0, Entity: "sandbox/gone", From: "pending", To: "running", Reason: "placed on agent/a1", Actor: "test"},
+		{At: at(2 * time.Second), Entity: "sandbox/gone", From: "running", To: "lost", Reason: "agent restarted without it", Actor: "agent/a1"},
+	})
+}

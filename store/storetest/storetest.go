@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"OperatorDrainOfSelfDrainingAgent", one(testDrainOfSelfDraining)},
 		{"HeartbeatNetting", one(testHeartbeatNetting)},
 		{"HeartbeatEnded", one(testHeartbeatEnded)},
+		{"RestartLosesUnheldSandboxes", one(testRestartLosesUnheld)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
