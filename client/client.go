@@ -58,6 +58,22 @@ type Client struct {
 	clock     Clock
 	rand      func() float64
 	userAgent string
+	onRetry   func(Retry)
+}
+
+// Retry describes a retry the client is about to wait for: the attempt that was refused
+// (1-based), how long it will wait, and the refusal (or connection failure, as code
+// "unavailable").
+type Retry struct {
+	Attempt int
+	Wait    time.Duration
+	Last    *berth.Error
+}
+
+// WithRetryNotify calls f before every wait between attempts, so a caller (the CLI, a log)
+// can say what is happening instead of going silent for up to the deadline.
+func WithRetryNotify(f func(Retry)) Option {
+	return func(c *Client) { c.onRetry = f }
 }
 
 // Option configures a Client.

@@ -105,6 +105,9 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 				Elapsed: now.Sub(start), Attempts: attempt + 1, LastCode: last.Code, Last: last,
 			}
 		}
+		if c.onRetry != nil {
+			c.onRetry(Retry{Attempt: attempt + 1, Wait: wait, Last: last})
+		}
 		if err := c.clock.Sleep(ctx, wait); err != nil {
 			return response{}, fmt.Errorf("client: %s %s: stopped waiting to retry after %s: %w",
 				r.method, r.path, last.Code, err)

@@ -147,8 +147,13 @@ func (e *CapacityUnavailable) Error() string {
 	if e.Last != nil {
 		last = e.Last.Error()
 	}
-	return fmt.Sprintf("berth: capacity unavailable after %d attempts in %s (last: %s)",
-		e.Attempts, e.Elapsed.Round(time.Millisecond), last)
+	what := "capacity unavailable"
+	if e.LastCode == berth.EUnavailable {
+		// A server that cannot be reached is not a full fleet: say which it was.
+		what = "server unavailable"
+	}
+	return fmt.Sprintf("berth: %s after %d attempts in %s (last: %s)",
+		what, e.Attempts, e.Elapsed.Round(time.Millisecond), last)
 }
 
 // Unwrap returns the last refusal, so errors.As finds the *berth.Error too.

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -403,6 +405,34 @@ func TestConnectionFailure(t *testing.T) {
 	for _, tt := range tests {
 		if got := connectionFailure(tt.err); got != tt.want {
 			t.Errorf("%s: connectionFailure(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestRetryNotifyAndUnavailableMessage: the notify hook sees every wait, and giving up on an
+// unreachable server says "server unavailable", not "capacity unavailable".
+func TestRetryNotifyAndUnavailableMessage(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there any more: every attempt is a connection failure
+	clk := newFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	var seen []Retry
+	c := New(url, "k", WithClock(clk), WithRand(half), WithDeadline(3*time.Second),
+		WithRetryNotify(func(r Retry) { seen = append(seen, r) }))
+	_, err := c.Templates(context.Background())
+	var cu *CapacityUnavailable
+	if !errors.As(err, &cu) || cu.LastCode != berth.EUnavailable {
+		t.Fatalf("err = %v, want CapacityUnavailable with last code unavailable", err)
+	}
+	if !strings.Contains(err.Error(), "server unavailable") {
+		t.Fatalf("message %q should say the server was unavailable", err)
+	}
+	if len(seen) != cu.Attempts-1 || len(seen) == 0 {
+		t.Fatalf("notify saw %d waits for %d attempts", len(seen), cu.Attempts)
+	}
+	for i, r := range seen {
+		if r.Attempt != i+1 || r.Last == nil || r.Last.Code != berth.EUnavailable || r.Wait <= 0 {
+			t.Fatalf("notify %d = %+v", i, r)
 		}
 	}
 }

@@ -31,7 +31,13 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 	}
 	t, err := s.store.Template(ctx, req.Template)
 	if errors.Is(err, berth.ErrNotFound) {
-		return t, berth.Errorf(berth.ETemplateNotFound, "no template %q", req.Template)
+		var names []string
+		if ts, err := s.store.Templates(ctx); err == nil {
+			for _, t := range ts {
+				names = append(names, t.Name)
+			}
+		}
+		return t, berth.Errorf(berth.ETemplateNotFound, "no template %q (templates: %s)", req.Template, strings.Join(names, ", "))
 	}
 	if err != nil {
 		return t, berth.Errorf(berth.EUnavailable, "read template: %v", err)
@@ -214,6 +220,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, []berth.SandboxState{berth.SandboxStopping}, berth.SandboxStopped, "deleted", actor, s.cfg.Clock()); err != nil {
 			return berth.Errorf(berth.EUnavailable, "record stopped: %v", err)
 		}
+		s.log.Info("sandbox deleted", "sandbox", sb.ID, "agent", sb.AgentID, "tenant", sb.Tenant)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/placement"
 )
 
@@ -27,6 +28,7 @@ type scheduler struct {
 	hosts    []placement.Host
 	index    map[string]int // agent id → position in hosts
 	addrs    []string       // agent base URLs, parallel to hosts
+	totals   []int64        // agents' memory_mb_total, parallel to hosts
 	loadedAt time.Time
 	rng      *rand.PCG
 }
@@ -50,14 +52,16 @@ func (s *scheduler) refresh(ctx context.Context) error {
 	sort.Slice(agents, func(i, j int) bool { return agents[i].AgentID < agents[j].AgentID })
 	hosts := make([]placement.Host, len(agents))
 	addrs := make([]string, len(agents))
+	totals := make([]int64, len(agents))
 	index := make(map[string]int, len(agents))
 	for i, a := range agents {
 		hosts[i] = hostOf(a, pending[a.AgentID])
 		addrs[i] = a.Address
+		totals[i] = a.MemoryMiBTotal
 		index[a.AgentID] = i
 	}
 	s.mu.Lock()
-	s.hosts, s.addrs, s.index, s.loadedAt = hosts, addrs, index, now
+	s.hosts, s.addrs, s.totals, s.index, s.loadedAt = hosts, addrs, totals, index, now
 	s.mu.Unlock()
 	return nil
 }
@@ -92,6 +96,7 @@ func (s *scheduler) observe(a berth.Agent) {
 	}
 	s.hosts[i] = hostOf(a, s.hosts[i].PendingMiB)
 	s.addrs[i] = a.Address
+	s.totals[i] = a.MemoryMiBTotal
 }
 
 // adjustPending adds delta MiB to the cached pending reservations of an agent.
@@ -220,6 +225,14 @@ func (s *scheduler) releaser(res berth.Reservation) func() {
 // counts (PLC-10, C21) and a Retry-After estimate (API-3).
 func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.Sandbox, agentErr error) error {
 	code := d.Code()
+	if code == berth.ENoCapacity {
+		if largest, never := s.neverFits(sb); never {
+			// The "can never fit" kind of no (STYLE habit 3): retrying cannot help, so it is
+			// not a 503 with a Retry-After that would be a lie.
+			return berth.Errorf(berth.EInvalidRequest,
+				"memory_mb %d can never be placed: it is charged more than the largest host's %d MiB", sb.MemoryMiB, largest)
+		}
+	}
 	if code == berth.ENoCapacity && agentErr != nil && d.Rejected[placement.ReasonSaturated] > 0 &&
 		d.Rejected[placement.ReasonSaturated]+d.Rejected[placement.ReasonInsufficientMemory] == d.Live &&
 		berth.ErrorCode(agentErr) == berth.EHostStartsSaturated {
@@ -234,6 +247,22 @@ func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.
 		s.cfg.Logger.Error("no healthy agents", "sandbox", sb.ID, "hosts", e.Hosts)
 	}
 	return e
+}
+
+// neverFits reports whether sb's charge exceeds the total memory of every known host (in
+// that host's admission mode), so that no host could admit it even when empty. It also
+// returns the largest host total in MiB.
+func (s *scheduler) neverFits(sb berth.Sandbox) (int64, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	largest := int64(0)
+	for i, h := range s.hosts {
+		largest = max(largest, s.totals[i])
+		if admission.Charge(h.Mode, sb.MemoryMiB, sb.Stateful) <= s.totals[i] {
+			return largest, false
+		}
+	}
+	return largest, len(s.hosts) > 0
 }
 
 func refusalMessage(d placement.Decision) string {

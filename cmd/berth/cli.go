@@ -16,9 +16,12 @@ import (
 
 type clientFlags struct {
 	url, key, keyFile string
+	stderr            io.Writer
 }
 
 // client builds the SDK client: --key, else BERTH_KEY, else the dev stack's admin.key.
+// Every wait between retries is announced on stderr, so a refusal or an unreachable server
+// is never a silent minute.
 func (f *clientFlags) client() (*client.Client, error) {
 	key := f.key
 	if key == "" {
@@ -28,8 +31,18 @@ func (f *clientFlags) client() (*client.Client, error) {
 		}
 		key = strings.TrimSpace(string(b))
 	}
-	return client.New(f.url, key), nil
+	notify := func(r client.Retry) {
+		if f.stderr != nil {
+			fmt.Fprintf(f.stderr, "berth: %s; retrying in %.1fs (Ctrl-C to stop)\n", r.Last.Error(), r.Wait.Seconds())
+		}
+	}
+	return client.New(f.url, key, client.WithRetryNotify(notify)), nil
 }
+
+// exitError carries a sandboxed command's exit code out of `berth sandbox exec`.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("command exited with code %d", e.code) }
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -40,9 +53,10 @@ func printJSON(w io.Writer, v any) error {
 func newSandboxCmd(cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sandboxes", "sb"}, Short: "Create, inspect, exec in and kill sandboxes"}
 	var req berth.CreateRequest
+	var quiet bool
 	create := &cobra.Command{
 		Use:   "create TEMPLATE",
-		Short: "Create a sandbox from a template; prints it as JSON",
+		Short: "Create a sandbox from a template (see `berth templates`); prints it as JSON",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
@@ -54,9 +68,14 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if quiet {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+				return err
+			}
 			return printJSON(cmd.OutOrStdout(), sb)
 		},
 	}
+	create.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the sandbox id")
 	create.Flags().Int64Var(&req.MemoryMiB, "memory-mb", 0, "memory, MiB (default: the template's)")
 	create.Flags().Int64Var(&req.TTLSeconds, "ttl", 0, "time to live, seconds (default 3600)")
 	create.Flags().BoolVar(&req.Stateful, "stateful", false, "stateful: charged in full, never evicted")
@@ -103,7 +122,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 	var timeout int
 	exec := &cobra.Command{
 		Use:   "exec ID -- CMD [ARG...]",
-		Short: "Run a command in a sandbox; prints its output and exits with its code",
+		Short: "Run a command in a sandbox; prints its output and exits with its exit code (1–255)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
@@ -117,7 +136,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			fmt.Fprint(cmd.OutOrStdout(), res.Stdout)
 			fmt.Fprint(cmd.ErrOrStderr(), res.Stderr)
 			if res.ExitCode != 0 {
-				return fmt.Errorf("command exited with code %d", res.ExitCode)
+				return &exitError{code: res.ExitCode}
 			}
 			return nil
 		},
@@ -163,7 +182,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			if err := c.DeleteSandbox(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "deleted", args[0])
+			fmt.Fprintln(cmd.OutOrStdout(), "stopped", args[0])
 			return nil
 		},
 	}

@@ -34,8 +34,11 @@ func TestCLI_SandboxLifecycle(t *testing.T) {
 	if out, err := berthCLI(t, st, "", "sandbox", "exec", sb.ID, "--", "python3", "-c", "print(2+2)"); err != nil || out != "4\n" {
 		t.Fatalf("exec = %q, %v; want 4", out, err)
 	}
-	if _, err := berthCLI(t, st, "", "sandbox", "exec", sb.ID, "--", "sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "code 3") {
-		t.Fatalf("exec of a failing command: %v, want an error naming exit code 3", err)
+	if _, err := berthCLI(t, st, "", "sandbox", "exec", sb.ID, "--", "sh", "-c", "exit 7"); exitCode(err) != 7 {
+		t.Fatalf("exec of a command exiting 7: %v (exit %d), want berth to exit 7", err, exitCode(err))
+	}
+	if out, err := berthCLI(t, st, "", "sandbox", "create", "-q", "shell"); err != nil || !strings.HasPrefix(out, "sb-") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("create -q printed %q, %v; want only the id", out, err)
 	}
 	if _, err := berthCLI(t, st, "hello from berth\n", "sandbox", "write", sb.ID, "/tmp/hello.txt"); err != nil {
 		t.Fatalf("write: %v", err)

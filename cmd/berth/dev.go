@@ -63,10 +63,13 @@ func newDevCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Berth dev is up at %s\n  admin key: %s\n  agents: %d × %d MiB (%s admission)\n  try: go run ./cmd/berth sandbox create python\n",
-				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission)
+			fmt.Fprintf(cmd.OutOrStdout(), "Berth dev is up at %s\n  admin key: %s\n  agents: %d × %d MiB (%s admission)\n  try: %s sandbox create python\n",
+				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission, os.Args[0])
 			<-cmd.Context().Done()
-			return st.Close()
+			cfg.Logger.Info("berth dev stopping: agents stop every sandbox they run")
+			err = st.Close()
+			cfg.Logger.Info("berth dev stopped")
+			return err
 		},
 	}
 	f := cmd.Flags()

@@ -380,6 +380,7 @@ func TestE2E_BadInput(t *testing.T) {
 		{"missing template", "POST", "/v1/sandboxes", admin, `{}`, 400, berth.EInvalidRequest},
 		{"unknown template", "POST", "/v1/sandboxes", admin, `{"template":"cobol"}`, 404, berth.ETemplateNotFound},
 		{"negative memory", "POST", "/v1/sandboxes", admin, `{"template":"python","memory_mb":-1}`, 400, berth.EInvalidRequest},
+		{"larger than any host", "POST", "/v1/sandboxes", admin, `{"template":"python","memory_mb":100000}`, 400, berth.EInvalidRequest},
 		{"absurd memory", "POST", "/v1/sandboxes", admin, `{"template":"python","memory_mb":99999999999}`, 400, berth.EInvalidRequest},
 		{"memory overflow", "POST", "/v1/sandboxes", admin, `{"template":"python","memory_mb":1e30}`, 400, berth.EInvalidRequest},
 		{"memory as string", "POST", "/v1/sandboxes", admin, `{"template":"python","memory_mb":"512"}`, 400, berth.EInvalidRequest},

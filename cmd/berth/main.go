@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/berth-dev/berth"
@@ -23,7 +24,10 @@ func main() {
 	err := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "berth:", err)
+		var ee *exitError
+		if !errors.As(err, &ee) { // exec already printed the command's own output
+			fmt.Fprintln(os.Stderr, "berth:", strings.TrimPrefix(err.Error(), "berth: "))
+		}
 		os.Exit(exitCode(err))
 	}
 }
@@ -38,10 +42,14 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	return root.ExecuteContext(ctx)
 }
 
-// exitCode maps errors to exit codes: 2 usage, 3 capacity (retry later), 1 anything else.
+// exitCode maps errors to exit codes: a sandboxed command's own code for exec, 2 invalid
+// request, 3 capacity or server unavailable (retry later), 1 anything else.
 func exitCode(err error) int {
 	var e *berth.Error
+	var ee *exitError
 	switch {
+	case errors.As(err, &ee):
+		return min(max(ee.code, 1), 255)
 	case errors.As(err, &e) && e.Retryable():
 		return 3
 	case errors.As(err, &e) && e.Code == berth.EInvalidRequest:
@@ -58,6 +66,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	cf := &clientFlags{}
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) { cf.stderr = cmd.ErrOrStderr() }
 	root.PersistentFlags().StringVar(&cf.url, "url", envOr("BERTH_URL", "http://127.0.0.1:7070"), "Berth server URL (env BERTH_URL)")
 	root.PersistentFlags().StringVar(&cf.key, "key", os.Getenv("BERTH_KEY"), "API key (env BERTH_KEY; default: the dev stack's admin.key)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when --key is not set")

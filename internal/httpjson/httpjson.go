@@ -69,12 +69,10 @@ func WriteError(w http.ResponseWriter, requestID string, err error) {
 	WriteJSON(w, StatusFor(e.Code), berth.ErrorBody{Error: d})
 }
 
-// Decode reads one JSON value of at most limit bytes into v. Unknown fields, trailing data,
-// a wrong content type and oversized bodies are errors: invalid_request or request_too_large.
+// Decode reads one JSON value of at most limit bytes into v. Unknown fields, trailing data
+// and oversized bodies are errors: invalid_request or request_too_large. The Content-Type is
+// not checked: the body must be JSON whatever a client (e.g. plain `curl -d`) labels it.
 func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return berth.Errorf(berth.EInvalidRequest, "content type must be application/json, not %q", ct)
-	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -1,0 +1,87 @@
+package httpjson
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth"
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestStatusForPinsEveryCode pins the one code → status mapping (API-2, STYLE habit 4):
+// capacity refusals are 503, never 429 or 500.
+func TestStatusForPinsEveryCode(t *testing.T) {
+	want := map[string]int{
+		berth.ENoCapacity:          503,
+		berth.ENoHealthyAgents:     503,
+		berth.EHostStartsSaturated: 503,
+		berth.EUnavailable:         503,
+		berth.ETenantOverQuota:     403,
+		berth.EForbidden:           403,
+		berth.ETemplateNotFound:    404,
+		berth.ESandboxNotFound:     404,
+		berth.ENotFound:            404,
+		berth.EInvalidRequest:      400,
+		berth.EUnauthorized:        401,
+		berth.EConflict:            409,
+		berth.ETooLarge:            413,
+		berth.EInternal:            500,
+		"some_future_code":         500,
+	}
+	got := map[string]int{}
+	for code := range want {
+		got[code] = StatusFor(code)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("StatusFor (-want +got):\n%s", diff)
+	}
+}
+
+// TestWriteErrorBody: a retryable refusal carries Retry-After in whole seconds (at least 1)
+// in the header and the body; a plain Go error never leaks its text.
+func TestWriteErrorBody(t *testing.T) {
+	w := httptest.NewRecorder()
+	WriteError(w, "req-1", fmt.Errorf("place: %w", &berth.Error{Code: berth.ENoCapacity, Message: "1 hosts",
+		RetryAfter: 1500e6, Hosts: map[string]int{"total": 1, "insufficient_memory": 1}}))
+	if w.Code != 503 || w.Header().Get("Retry-After") != "2" {
+		t.Fatalf("status %d Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+	want := `{"error":{"code":"no_capacity","message":"1 hosts","retryable":true,"retry_after_s":2,"request_id":"req-1","hosts":{"insufficient_memory":1,"total":1}}}`
+	if got := strings.TrimSpace(w.Body.String()); got != want {
+		t.Fatalf("body\n got %s\nwant %s", got, want)
+	}
+	w = httptest.NewRecorder()
+	WriteError(w, "req-2", errors.New("pq: secret connection string"))
+	if w.Code != 500 || strings.Contains(w.Body.String(), "secret") || w.Header().Get("Retry-After") != "" {
+		t.Fatalf("internal error leaked or mis-mapped: %d %s", w.Code, w.Body.String())
+	}
+}
+
+// TestDecode: strict decoding turns every malformed body into invalid_request or
+// request_too_large.
+func TestDecode(t *testing.T) {
+	type body struct {
+		A int `json:"a"`
+	}
+	for _, tc := range []struct{ in, code string }{
+		{`{"a":1}`, ""},
+		{``, berth.EInvalidRequest},
+		{`{"a":`, berth.EInvalidRequest},
+		{`{"a":"x"}`, berth.EInvalidRequest},
+		{`{"b":1}`, berth.EInvalidRequest},
+		{`{"a":1} {"a":2}`, berth.EInvalidRequest},
+		{`{"a":1e400}`, berth.EInvalidRequest},
+		{`{"a":` + strings.Repeat("1", 100) + `}`, berth.ETooLarge},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(tc.in))
+		var v body
+		err := Decode(httptest.NewRecorder(), r, 64, &v)
+		if got := berth.ErrorCode(err); got != tc.code {
+			t.Errorf("Decode(%q) = %v (code %q), want code %q", tc.in, err, got, tc.code)
+		}
+	}
+}
