@@ -226,3 +226,22 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePSISome(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"some avg10=12.50 avg60=3.00 avg300=1.00 total=123\nfull avg10=1.00 avg60=0 avg300=0 total=9\n", 12.5, true},
+		{"full avg10=1.00\n", 0, false},
+		{"some avg10=abc\n", 0, false},
+		{"some avg10=-1\n", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := parsePSISome(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parsePSISome(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}

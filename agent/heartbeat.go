@@ -87,6 +87,41 @@ func (a *Agent) sendHeartbeat(ctx context.Context) {
 	}
 }
 
+// samplePressure records the host's memory pressure, PSI "some avg10" in percent, from
+// /proc/pressure/memory (published on the heartbeat, AGT-1; the gate on it is ADM-8).
+// Kernels without PSI leave it at 0.
+func (a *Agent) samplePressure() {
+	b, err := os.ReadFile("/proc/pressure/memory")
+	if err != nil {
+		return
+	}
+	if v, ok := parsePSISome(string(b)); ok {
+		a.mu.Lock()
+		a.pressure = v
+		a.mu.Unlock()
+	}
+}
+
+// parsePSISome returns avg10 of the "some" line of a PSI file.
+func parsePSISome(s string) (float64, bool) {
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "some" {
+			continue
+		}
+		for _, kv := range f[1:] {
+			if v, ok := strings.CutPrefix(kv, "avg10="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil || x < 0 || x > 100 {
+					return 0, false // a bad reading is no reading (C07)
+				}
+				return x, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // sampleCPU updates cpuUsed (cores busy on the host) from /proc/stat deltas.
 func (a *Agent) sampleCPU() {
 	busy, total, ok := readProcStat()

@@ -165,6 +165,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 		a.mu.Unlock()
 	}
 	a.sampleCPU()
+	a.samplePressure()
 }
 
 // end stops a guest the agent decided to end and queues the transition for the next

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -30,12 +29,15 @@ type scheduler struct {
 	addrs    []string       // agent base URLs, parallel to hosts
 	totals   []int64        // agents' memory_mb_total, parallel to hosts
 	loadedAt time.Time
-	rng      *rand.PCG
+
+	raMu  sync.Mutex // guards the cached Retry-After estimate
+	raAt  time.Time
+	raVal time.Duration
 }
 
 func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *scheduler {
 	return &scheduler{store: st, cfg: cfg, agents: ac, metrics: m,
-		index: map[string]int{}, rng: rand.NewPCG(rand.Uint64(), rand.Uint64())}
+		index: map[string]int{}}
 }
 
 // refresh re-reads agents and pending reservations from the store into the snapshot.
@@ -198,7 +200,7 @@ func (s *scheduler) pick(req placement.Request, excluded map[string]string) (pla
 	}
 	start := time.Now()
 	d := placement.Pick(s.hosts, req, s.cfg.Clock().UnixNano(),
-		placement.Options{StaleAfterNano: int64(s.cfg.StaleAfter), Strategy: s.cfg.Strategy}, s.rng.Uint64())
+		placement.Options{StaleAfterNano: int64(s.cfg.StaleAfter), Strategy: s.cfg.Strategy}, rand.Uint64())
 	s.metrics.pickSeconds.Observe(time.Since(start).Seconds())
 	if d.Index < 0 {
 		return d, "", ""
@@ -278,35 +280,55 @@ func refusalMessage(d placement.Decision) string {
 }
 
 // retryAfter estimates when a retry may succeed (API-3): the earliest moment a running
-// sandbox's TTL or an outstanding reservation expires on a live host, plus one heartbeat for
-// the agent to report it, clamped into [1 s, 60 s]. With nothing expiring it is 5 s.
-// no_healthy_agents gets a longer, fixed 30 s: it waits for a human or a new host.
+// sandbox's TTL or an outstanding reservation expires on a host that could take work (fresh,
+// not draining, quarantined or closed), plus one heartbeat for the agent to report it,
+// clamped into [1 s, 60 s]; 5 s when nothing there expires. no_healthy_agents gets a longer,
+// fixed 30 s: it waits for a human or a new host. The estimate is reused for a second, so a
+// refusal storm does not scan the store once per refusal.
 func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
 	if code == berth.ENoHealthyAgents {
 		return 30 * time.Second
 	}
 	now := s.cfg.Clock()
+	s.raMu.Lock()
+	if now.Sub(s.raAt) < time.Second && now.After(s.raAt) {
+		d := s.raVal
+		s.raMu.Unlock()
+		return d
+	}
+	s.raMu.Unlock()
+
+	open := map[string]bool{}
+	s.mu.RLock()
+	cutoff := now.Add(-s.cfg.StaleAfter).UnixNano()
+	for _, h := range s.hosts {
+		if h.LastSeenNano >= cutoff && !h.Draining && !h.Quarantined && h.IntakeOpen {
+			open[h.ID] = true
+		}
+	}
+	s.mu.RUnlock()
 	earliest := time.Time{}
-	consider := func(t time.Time) {
-		if t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
+	consider := func(agent string, t time.Time) {
+		if open[agent] && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
 			earliest = t
 		}
 	}
-	if sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxRunning, Limit: 10000}); err == nil {
+	if sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxRunning, Limit: 100000}); err == nil {
 		for _, sb := range sbs {
-			consider(sb.ExpiresAt)
+			consider(sb.AgentID, sb.ExpiresAt)
 		}
 	}
 	if rs, err := s.store.Reservations(ctx); err == nil {
 		for _, r := range rs {
-			consider(r.ExpiresAt)
+			consider(r.AgentID, r.ExpiresAt)
 		}
 	}
-	if earliest.IsZero() {
-		return 5 * time.Second
+	d := 5 * time.Second
+	if !earliest.IsZero() {
+		d = min(max(earliest.Sub(now)+s.cfg.HeartbeatInterval, time.Second), 60*time.Second)
 	}
-	d := earliest.Sub(now) + s.cfg.HeartbeatInterval
-	return min(max(d, time.Second), 60*time.Second)
+	s.raMu.Lock()
+	s.raAt, s.raVal = now, d
+	s.raMu.Unlock()
+	return d
 }
-
-var errNoAgent = errors.New("agent has no address")

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+)
+
+// TestAPI4_IdempotentCreate: retries with one Idempotency-Key, even concurrent ones, get
+// the first sandbox and never a second running one.
+func TestAPI4_IdempotentCreate(t *testing.T) {
+	st := bootDev(t, nil)
+	ctx := context.Background()
+	c := adminClient(st)
+	first, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "shell"}, "job-42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "shell"}, "job-42")
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("retry with the same key: %+v, %v; want sandbox %s", again, err, first.ID)
+	}
+
+	var wg sync.WaitGroup
+	ids := make([]string, 6)
+	for i := range ids {
+		wg.Go(func() {
+			sb, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "shell"}, "burst-key")
+			if err != nil {
+				t.Errorf("concurrent create %d: %v", i, err)
+				return
+			}
+			ids[i] = sb.ID
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("concurrent creates with one key returned different sandboxes: %v", ids)
+		}
+	}
+	running, err := c.Sandboxes(ctx, berth.SandboxRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(running) != 2 {
+		t.Fatalf("%d sandboxes running, want 2 (one per key): %+v", len(running), running)
+	}
+	// Copies that lost the race were stopped on the agent: it holds exactly the two.
+	waitFor(t, 10*time.Second, "the agent to hold exactly 2 sandboxes", func() (bool, string) {
+		n := len(agentByID(t, c, "dev-agent-1").Sandboxes)
+		return n == 2, strings.Repeat("x", n)
+	})
+}
+
+// TestPLC5_DrainStopsPlacementAtOnce: a drain through the API takes effect on the very next
+// create (PLC-5 in process) and undrain restores placement (AGT-5).
+func TestPLC5_DrainStopsPlacementAtOnce(t *testing.T) {
+	st := bootDev(t, nil)
+	ctx := context.Background()
+	c := adminClient(st)
+	if err := c.DrainAgent(ctx, "dev-agent-1", "kernel upgrade"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, _, e := rawCreate(t, st, `{"template":"shell"}`)
+	if code != http.StatusServiceUnavailable || e.Code != berth.ENoCapacity || e.Hosts["draining"] != 1 {
+		t.Fatalf("create on a drained fleet: %d %+v, want 503 no_capacity with 1 draining", code, e)
+	}
+	if a := agentByID(t, c, "dev-agent-1"); a.Status != berth.AgentDraining || a.DrainReason != "kernel upgrade" {
+		t.Fatalf("agent after drain: %s %q", a.Status, a.DrainReason)
+	}
+	if err := c.UndrainAgent(ctx, "dev-agent-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "placement after undrain", func() (bool, string) {
+		code, _, _, e := rawCreate(t, st, `{"template":"shell"}`)
+		return code == http.StatusCreated, e.Code
+	})
+	evs, err := c.Events(ctx, "agent/dev-agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, e := range evs {
+		seen = append(seen, e.From+"→"+e.To)
+	}
+	if got := strings.Join(seen, ","); !strings.Contains(got, "active→draining") || !strings.Contains(got, "draining→active") {
+		t.Fatalf("agent events %s: want the drain and the undrain (LIF-3)", got)
+	}
+}
+
+// TestTenantIsolation: a tenant key sees and touches only its tenant's sandboxes, and may
+// not call admin endpoints.
+func TestTenantIsolation(t *testing.T) {
+	st := bootDev(t, nil)
+	ctx := context.Background()
+	admin := adminClient(st)
+	if _, err := admin.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := admin.CreateAPIKey(ctx, "acme", berth.RoleTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := client.New(st.URL, k.Key)
+	mine, err := acme.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil || mine.Tenant != "acme" {
+		t.Fatalf("tenant create: %+v, %v", mine, err)
+	}
+	theirs, err := admin.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.Sandbox(ctx, theirs.ID); berth.ErrorCode(err) != berth.ESandboxNotFound {
+		t.Fatalf("tenant reading another tenant's sandbox: %v, want sandbox_not_found", err)
+	}
+	if err := acme.DeleteSandbox(ctx, theirs.ID); berth.ErrorCode(err) != berth.ESandboxNotFound {
+		t.Fatalf("tenant deleting another tenant's sandbox: %v", err)
+	}
+	list, err := acme.Sandboxes(ctx, "")
+	if err != nil || len(list) != 1 || list[0].ID != mine.ID {
+		t.Fatalf("tenant list: %+v, %v; want only %s", list, err, mine.ID)
+	}
+	if _, err := acme.Agents(ctx); berth.ErrorCode(err) != berth.EForbidden {
+		t.Fatalf("tenant listing agents: %v, want forbidden", err)
+	}
+	if _, err := acme.Events(ctx, "sandbox/"+mine.ID); err != nil {
+		t.Fatalf("tenant reading its own sandbox's events: %v", err)
+	}
+	if _, err := acme.Events(ctx, "sandbox/"+theirs.ID); berth.ErrorCode(err) != berth.ESandboxNotFound {
+		t.Fatalf("tenant reading another tenant's events: %v", err)
+	}
+}
