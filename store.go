@@ -115,3 +115,12 @@ type Store interface {
 	Ping(ctx context.Context) error
 	Close() error
 }
+
+// AgentWatcher is implemented by stores that can push agent changes to every replica (PLC-5):
+// a drain or undrain written through any replica reaches the others' placement in well under
+// a second, without waiting for their cache to expire. WatchAgents calls fn with the id of
+// each agent whose drain state changed, until ctx ends; it reconnects by itself after store
+// outages and returns only ctx.Err(). fn must not block.
+type AgentWatcher interface {
+	WatchAgents(ctx context.Context, fn func(agentID string)) error
+}
