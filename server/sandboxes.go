@@ -69,9 +69,9 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 }
 
 // createSandbox is POST /v1/sandboxes: validate, honour Idempotency-Key (API-4), place
-// (PLC), record. The sandbox row is written once the agent has it running, so a refused
-// create leaves nothing behind; a concurrent create with the same key that loses the
-// insert stops its own copy and answers with the winner's sandbox.
+// (PLC-1…7). The sandbox row is written once a host's reservation is taken, as starting, so
+// a refusal before that leaves nothing behind and a retry with the same key on any replica
+// finds the create in flight and waits for its outcome instead of starting a second one.
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
 	start := time.Now()
 	outcome := "internal"
@@ -92,60 +92,71 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		outcome = berth.ErrorCode(err)
 		return err
 	}
-	if idem != "" {
-		if sb, err := s.store.SandboxByIdempotencyKey(r.Context(), p.Tenant, idem); err == nil {
-			outcome = "replayed"
-			httpjson.WriteJSON(w, http.StatusCreated, sb)
-			return nil
-		}
-	}
 	now := s.cfg.Clock().UTC()
 	ttl := s.cfg.DefaultTTL
 	if req.TTLSeconds > 0 {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	sb := berth.Sandbox{
-		ID: newID("sb"), Template: t.Name, Tenant: p.Tenant, State: berth.SandboxRunning,
+		ID: newID("sb"), Template: t.Name, Tenant: p.Tenant,
 		MemoryMiB: cmpOr(req.MemoryMiB, t.MemoryMiB), VCPUs: cmpOr(req.VCPUs, t.VCPUs),
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
 		Metadata: req.Metadata, IdempotencyKey: idem,
 	}
-	pl, err := s.sched.place(r.Context(), sb, req)
-	if err != nil {
-		outcome = berth.ErrorCode(err)
-		return err
-	}
-	sb.AgentID = pl.AgentID
-	sb.Reason = "placed on agent/" + pl.AgentID
-	err = s.store.CreateSandbox(r.Context(), sb, "tenant/"+p.Tenant, s.cfg.Clock())
-	if err != nil {
-		// Undo the start: nothing may run that the store does not know about.
-		undo, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if derr := s.agents.delete(undo, pl.Address, sb.ID); derr != nil {
-			s.log.Error("could not stop sandbox after failed insert", "sandbox", sb.ID, "agent", pl.AgentID, "err", derr)
-		}
-		pl.Release()
-		if errors.Is(err, berth.ErrIdempotencyConflict) {
-			first, ferr := s.store.SandboxByIdempotencyKey(r.Context(), p.Tenant, idem)
-			if ferr == nil {
+	for {
+		if idem != "" {
+			first, found, err := s.awaitIdempotent(r.Context(), p.Tenant, idem)
+			if err != nil {
+				outcome = berth.ErrorCode(err)
+				return err
+			}
+			if found {
 				outcome = "replayed"
 				httpjson.WriteJSON(w, http.StatusCreated, first)
 				return nil
 			}
 		}
-		outcome = berth.EUnavailable
-		return berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
+		placed, err := s.sched.place(r.Context(), sb, req, "tenant/"+p.Tenant)
+		if errors.Is(err, errIdempotent) {
+			continue // another create holds the key: wait for its outcome
+		}
+		if err != nil {
+			outcome = berth.ErrorCode(err)
+			return err
+		}
+		outcome = "created"
+		if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
+			if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
+				s.metrics.firstRefusal.Observe(d.Seconds())
+			}
+		}
+		s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)
+		httpjson.WriteJSON(w, http.StatusCreated, placed)
+		return nil
 	}
-	outcome = "created"
-	if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
-		if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
-			s.metrics.firstRefusal.Observe(d.Seconds())
+}
+
+// awaitIdempotent returns the tenant's sandbox holding key (API-4). A create still starting
+// elsewhere (another request, maybe on another replica) is waited for until it is running
+// or has failed; a failed create has freed the key, so found is false and the caller
+// creates anew. Errors: unavailable (store), or the request's end.
+func (s *Server) awaitIdempotent(ctx context.Context, tenant, key string) (berth.Sandbox, bool, error) {
+	for {
+		sb, err := s.store.SandboxByIdempotencyKey(ctx, tenant, key)
+		switch {
+		case errors.Is(err, berth.ErrNotFound):
+			return sb, false, nil
+		case err != nil:
+			return sb, false, berth.Errorf(berth.EUnavailable, "read idempotency key: %v", err)
+		case sb.State != berth.SandboxStarting && sb.State != berth.SandboxPending:
+			return sb, true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return sb, false, berth.Errorf(berth.EUnavailable, "gave up waiting for the create holding this Idempotency-Key: %v", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	s.log.Info("sandbox created", "sandbox", sb.ID, "agent", sb.AgentID, "tenant", p.Tenant, "memory_mb", sb.MemoryMiB)
-	httpjson.WriteJSON(w, http.StatusCreated, sb)
-	return nil
 }
 
 func cmpOr[T int | int64](v, def T) T {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -110,26 +111,28 @@ func (s *scheduler) adjustPending(agentID string, delta int64) {
 	s.mu.Unlock()
 }
 
-// placed is a successful placement: the agent now runs the sandbox, and release gives back
-// the ledger entry (idempotent, PLC-3). The reservation is otherwise netted by the agent's
-// next heartbeat (LED-4).
-type placed struct {
-	AgentID string
-	Address string
-	Release func()
-}
+// errIdempotent is returned by place when another create already holds the sandbox's
+// Idempotency-Key; the caller answers with that create's sandbox (API-4).
+var errIdempotent = errors.New("idempotency key held by another create")
 
-// place finds a host for sb, reserves its charge in the ledger and has the agent start it.
-// It tries up to cfg.MaxHostsPerCreate hosts (PLC-7). The error is a *berth.Error: a refusal
-// (no_capacity, no_healthy_agents, host_starts_saturated) with hosts counts and Retry-After,
-// or unavailable when the store fails.
-func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest) (placed, error) {
+// place finds a host for sb, reserves its charge in the ledger, records the sandbox as
+// starting on that host (holding its Idempotency-Key, so a retry on any replica finds it)
+// and has the agent start it; it returns the running sandbox. Each host tried is one
+// attempt with its own sandbox id: when an agent refuses (PLC-7), the attempt's reservation
+// is released, its row ends failed with the agent's reason (freeing the key) and the next
+// host is tried, up to cfg.MaxHostsPerCreate. If the request dies mid-way, the cleanup runs
+// on a context of its own; if the whole replica dies, the row is promoted by the agent's
+// heartbeat or failed by the sweeper, and the reservation expires (LED-2).
+//
+// Errors are *berth.Error refusals (no_capacity, no_healthy_agents, host_starts_saturated,
+// with host counts and Retry-After), unavailable when the store fails, or errIdempotent.
+func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string) (berth.Sandbox, error) {
 	s.mu.RLock()
 	stale := s.cfg.Clock().Sub(s.loadedAt) > s.cfg.CacheTTL
 	s.mu.RUnlock()
 	if stale {
 		if err := s.refresh(ctx); err != nil {
-			return placed{}, berth.Errorf(berth.EUnavailable, "store: %v", err)
+			return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
 		}
 	}
 	preq := placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool}
@@ -143,23 +146,27 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 				// PLC-6: never serve a refusal from the cache.
 				reread = true
 				if err := s.refresh(ctx); err != nil {
-					return placed{}, berth.Errorf(berth.EUnavailable, "store: %v", err)
+					return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
 				}
 				continue
 			}
-			return placed{}, s.refusal(ctx, d, sb, lastAgentErr)
+			return sb, s.refusal(ctx, d, sb, lastAgentErr)
 		}
 		if attempt >= s.cfg.MaxHostsPerCreate {
-			return placed{}, s.refusal(ctx, d, sb, lastAgentErr)
+			return sb, s.refusal(ctx, d, sb, lastAgentErr)
 		}
 		attempt++
+		if attempt > 1 {
+			sb.ID = newID("sb") // a new attempt is a new sandbox; the refused one stays failed
+		}
+		now := s.cfg.Clock()
 		res := berth.Reservation{
 			ID: newID("rsv"), AgentID: host, SandboxID: sb.ID, MiB: d.ChargeMiB,
-			Owner: s.cfg.ReplicaID, CreatedAt: s.cfg.Clock(), ExpiresAt: s.cfg.Clock().Add(s.cfg.ReservationTTL),
+			Owner: s.cfg.ReplicaID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.ReservationTTL),
 		}
-		ok, err := s.store.Reserve(ctx, res, s.cfg.Clock())
+		ok, err := s.store.Reserve(ctx, res, now)
 		if err != nil {
-			return placed{}, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
+			return sb, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
 		}
 		if !ok {
 			// The store knows more than the snapshot (another create took the room):
@@ -170,21 +177,63 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 		}
 		s.adjustPending(host, res.MiB)
 		release := s.releaser(res)
+		sb.AgentID, sb.State, sb.Reason = host, berth.SandboxStarting, "placed on agent/"+host
+		if err := s.store.CreateSandbox(ctx, sb, actor, s.cfg.Clock()); err != nil {
+			release()
+			if errors.Is(err, berth.ErrIdempotencyConflict) {
+				return sb, errIdempotent
+			}
+			return sb, berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
+		}
 		err = s.agents.create(ctx, addr, berth.AgentCreate{
 			ID: sb.ID, Template: sb.Template, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
 			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt,
 		})
 		if err == nil {
-			return placed{AgentID: host, Address: addr, Release: release}, nil
+			ok, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
+				berth.SandboxRunning, "agent started it", actor, s.cfg.Clock())
+			if err == nil && !ok {
+				// Something else moved it first (its agent's heartbeat already promoted it,
+				// or it ended): report what the store holds.
+				if cur, err := s.store.Sandbox(ctx, sb.ID); err == nil {
+					return cur, nil
+				}
+			}
+			if err != nil {
+				s.abandon(ctx, sb, addr, true, release, "recording running failed: "+err.Error(), actor)
+				return sb, berth.Errorf(berth.EUnavailable, "record running: %v", err)
+			}
+			sb.State, sb.Reason = berth.SandboxRunning, "agent started it"
+			return sb, nil
 		}
-		release()
-		lastAgentErr = err
 		code := berth.ErrorCode(err)
+		// Only a lost answer (transport failure, timeout) leaves the agent's side unknown.
+		s.abandon(ctx, sb, addr, code == berth.EUnavailable, release, fmt.Sprintf("agent/%s refused: %v", host, err), actor)
+		lastAgentErr = err
 		excluded[host] = code
 		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
 		if ctx.Err() != nil {
-			return placed{}, berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
+			return sb, berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
 		}
+	}
+}
+
+// abandon undoes one attempt: when the agent's side is unknown (stopAgent) it is told to
+// stop the sandbox, the reservation is released and the row ends failed, which frees its
+// Idempotency-Key. It runs on its own context: a client that went away must not leave a
+// reservation or a starting row behind (C20).
+func (s *scheduler) abandon(ctx context.Context, sb berth.Sandbox, addr string, stopAgent bool, release func(), reason, actor string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if stopAgent {
+		if err := s.agents.delete(cctx, addr, sb.ID); err != nil {
+			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", sb.ID, "err", err)
+		}
+	}
+	release()
+	if _, err := s.store.TransitionSandbox(cctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
+		berth.SandboxFailed, reason, actor, s.cfg.Clock()); err != nil {
+		s.cfg.Logger.Error("could not record an abandoned create; the starting sweeper will", "sandbox", sb.ID, "err", err)
 	}
 }
 

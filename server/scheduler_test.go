@@ -52,6 +52,7 @@ func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
 
 type harness struct {
 	st    *sqlite.Store
+	s     *Server
 	srv   *httptest.Server
 	key   string
 	clock time.Time
@@ -74,6 +75,7 @@ func newHarness(t *testing.T, cacheTTL time.Duration) *harness {
 	cfg.CacheTTL = cacheTTL
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := New(cfg, st)
+	h.s = s
 	h.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(h.srv.Close)
 	return h
@@ -177,5 +179,31 @@ func TestPLC4_AllAgentsSaturated(t *testing.T) {
 	must(t, err)
 	if len(rs) != 0 {
 		t.Fatalf("refused creates left reservations: %+v", rs)
+	}
+}
+
+// TestSweepFailsAbandonedStarting: a sandbox left starting by a replica that died, and never
+// listed by its agent, ends failed after the grace, which frees its Idempotency-Key; a young
+// one is left alone.
+func TestSweepFailsAbandonedStarting(t *testing.T) {
+	h := newHarness(t, time.Second)
+	a := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", a.srv.URL, 4096)
+	ctx := context.Background()
+	now := time.Now()
+	for id, created := range map[string]time.Time{"old": now.Add(-10 * time.Minute), "young": now} {
+		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
+			State: berth.SandboxStarting, MemoryMiB: 512, VCPUs: 1, CreatedAt: created, ExpiresAt: now.Add(time.Hour),
+			IdempotencyKey: "key-" + id}, "test", created))
+	}
+	h.s.sweep(ctx)
+	for id, want := range map[string]berth.SandboxState{"old": berth.SandboxFailed, "young": berth.SandboxStarting} {
+		sb, err := h.st.Sandbox(ctx, id)
+		if err != nil || sb.State != want {
+			t.Errorf("%s = %v, %v; want %s", id, sb.State, err, want)
+		}
+	}
+	if _, err := h.st.SandboxByIdempotencyKey(ctx, "acme", "key-old"); err == nil {
+		t.Errorf("the failed create still holds its Idempotency-Key")
 	}
 }

@@ -44,7 +44,10 @@ type Config struct {
 	MaxSandboxMiB int64
 	// AgentTimeout bounds one call to an agent (default 60 s; exec carries its own timeout).
 	AgentTimeout time.Duration
-	Logger       *slog.Logger
+	// StartingGrace is how long a sandbox may stay starting before the sweeper fails it
+	// (its replica died mid-create and its agent never listed it). Default AgentTimeout + 30 s.
+	StartingGrace time.Duration
+	Logger        *slog.Logger
 	// Clock is the time source; tests may replace it.
 	Clock func() time.Time
 	// Registry receives the server's metrics; nil creates a private registry.
@@ -118,6 +121,9 @@ func New(cfg Config, st berth.Store) *Server {
 	if cfg.AgentTimeout <= 0 {
 		cfg.AgentTimeout = def.AgentTimeout
 	}
+	if cfg.StartingGrace <= 0 {
+		cfg.StartingGrace = cfg.AgentTimeout + 30*time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -140,8 +146,12 @@ func New(cfg Config, st berth.Store) *Server {
 	}
 }
 
-// Run sweeps expired reservations (LED-2) until ctx ends.
+// Run sweeps expired reservations (LED-2) and abandoned starting sandboxes, and follows the
+// store's agent changes when it can push them (PLC-5), until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
+	if w, ok := s.store.(berth.AgentWatcher); ok {
+		go s.watchAgents(ctx, w)
+	}
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -150,20 +160,77 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		n, err := s.store.SweepReservations(ctx, s.cfg.Clock())
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("reservation sweep failed", "err", err)
-			}
+		s.sweep(ctx)
+	}
+}
+
+// sweep runs one round of the TTL sweepers.
+func (s *Server) sweep(ctx context.Context) {
+	n, err := s.store.SweepReservations(ctx, s.cfg.Clock())
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("reservation sweep failed", "err", err)
+		}
+		return
+	}
+	if n > 0 {
+		// A non-zero rate means some release path leaks, or a replica died (LED-2).
+		s.metrics.expirations.Add(float64(n))
+		s.log.Warn("expired reservations swept", "count", n)
+		_ = s.sched.refresh(ctx)
+	}
+	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})
+	if err != nil {
+		return
+	}
+	cutoff := s.cfg.Clock().Add(-s.cfg.StartingGrace)
+	for _, sb := range starting {
+		if sb.CreatedAt.After(cutoff) {
 			continue
 		}
-		if n > 0 {
-			// A non-zero rate means some release path leaks (LED-2).
-			s.metrics.expirations.Add(float64(n))
-			s.log.Warn("expired reservations swept", "count", n)
-			_ = s.sched.refresh(ctx)
+		ok, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting}, berth.SandboxFailed,
+			"create abandoned: no replica finished it and its agent never listed it", "sweeper/"+s.cfg.ReplicaID, s.cfg.Clock())
+		if err != nil || !ok {
+			continue
+		}
+		s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
+		if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
+			_ = s.agents.delete(ctx, addr, sb.ID) // in case it runs after all
 		}
 	}
+}
+
+// watchAgents folds pushed agent changes into the snapshot: one agent re-read per change,
+// a full refresh when the watcher says it may have missed some ("").
+func (s *Server) watchAgents(ctx context.Context, w berth.AgentWatcher) {
+	changed := make(chan string, 1024)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case id := <-changed:
+				if id == "" {
+					_ = s.sched.refresh(ctx)
+					continue
+				}
+				if a, err := s.store.Agent(ctx, id); err == nil {
+					s.sched.observe(a)
+				}
+			}
+		}
+	}()
+	_ = w.WatchAgents(ctx, func(id string) {
+		select {
+		case changed <- id:
+		default:
+			// Too many changes queued: drop this one, ask for a full refresh instead.
+			select {
+			case changed <- "":
+			default:
+			}
+		}
+	})
 }
 
 func randomHex(n int) string {

@@ -163,7 +163,7 @@ func TestE2E_README(t *testing.T) {
 	for _, e := range evs {
 		path = append(path, e.From+"→"+e.To)
 	}
-	if want := "pending→running,running→stopping,stopping→stopped"; strings.Join(path, ",") != want {
+	if want := "pending→starting,starting→running,running→stopping,stopping→stopped"; strings.Join(path, ",") != want {
 		t.Fatalf("events %v, want %s (LIF-3)", path, want)
 	}
 }

@@ -115,6 +115,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 		if err := applyEnded(ctx, tx, hb, actor, now); err != nil {
 			return err
 		}
+		if err := promoteStarting(ctx, tx, hb, actor, now); err != nil {
+			return err
+		}
 		netted, err = netReservations(ctx, tx, hb, actor, now)
 		return err
 	})
@@ -142,6 +145,46 @@ func applyEnded(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor strin
 			continue
 		}
 		if _, err := transitionTx(ctx, tx, e.ID, nil, e.State, e.Reason, actor, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// promoteStarting moves to running every starting sandbox of this agent that the heartbeat
+// lists: the agent runs it, whatever became of the replica that was starting it (LIF-1).
+// It reads only the agent's starting rows (usually none), not every listed sandbox.
+func promoteStarting(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor string, now time.Time) error {
+	if len(hb.Sandboxes) == 0 {
+		return nil
+	}
+	listed := make(map[string]bool, len(hb.Sandboxes))
+	for _, h := range hb.Sandboxes {
+		listed[h.ID] = true
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM sandboxes WHERE agent_id = ? AND state = ?`,
+		hb.AgentID, string(berth.SandboxStarting))
+	if err != nil {
+		return fmt.Errorf("sqlite: promote for %q: %w", hb.AgentID, err)
+	}
+	var promote []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite: promote for %q: %w", hb.AgentID, err)
+		}
+		if listed[id] {
+			promote = append(promote, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: promote for %q: %w", hb.AgentID, err)
+	}
+	for _, id := range promote {
+		if _, err := transitionTx(ctx, tx, id, []berth.SandboxState{berth.SandboxStarting}, berth.SandboxRunning,
+			"agent reports it running", actor, now); err != nil {
 			return err
 		}
 	}

@@ -286,3 +286,25 @@ func testRestartLosesUnheld(t *testing.T, s berth.Store) {
 		{At: at(2 * time.Second), Entity: "sandbox/gone", From: "running", To: "lost", Reason: "agent restarted without it", Actor: "agent/a1"},
 	})
 }
+
+// testHeartbeatPromotesStarting: a starting sandbox its agent lists is running (its replica
+// may have died before recording it); one on another agent, or not listed, is left alone.
+func testHeartbeatPromotesStarting(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	mustCreate(t, s, sandbox("listed", "acme", "a1", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("unlisted", "acme", "a1", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("elsewhere", "acme", "a2", berth.SandboxStarting), T0)
+	hb := heartbeat("a1", 2048)
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "listed"}, {ID: "elsewhere"}, {ID: "unknown"}}
+	mustHeartbeat(t, s, hb, at(time.Second))
+	for id, want := range map[string]berth.SandboxState{"listed": berth.SandboxRunning, "unlisted": berth.SandboxStarting, "elsewhere": berth.SandboxStarting} {
+		if sb, err := s.Sandbox(ctx, id); err != nil || sb.State != want {
+			t.Errorf("%s = %v, %v; want %s", id, sb.State, err, want)
+		}
+	}
+	wantEvents(t, s, "sandbox/listed", []berth.Event{
+		{At: T0, Entity: "sandbox/listed", From: "pending", To: "starting", Reason: "placed on agent/a1", Actor: "test"},
+		{At: at(time.Second), Entity: "sandbox/listed", From: "starting", To: "running", Reason: "agent reports it running", Actor: "agent/a1"},
+	})
+}

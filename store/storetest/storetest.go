@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"HeartbeatNetting", one(testHeartbeatNetting)},
 		{"HeartbeatEnded", one(testHeartbeatEnded)},
 		{"RestartLosesUnheldSandboxes", one(testRestartLosesUnheld)},
+		{"HeartbeatPromotesStarting", one(testHeartbeatPromotesStarting)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
