@@ -23,13 +23,9 @@ type clientFlags struct {
 // Every wait between retries is announced on stderr, so a refusal or an unreachable server
 // is never a silent minute.
 func (f *clientFlags) client() (*client.Client, error) {
-	key := f.key
-	if key == "" {
-		b, err := os.ReadFile(f.keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("no API key: set --key or BERTH_KEY, or start `berth dev` (it writes %s)", f.keyFile)
-		}
-		key = strings.TrimSpace(string(b))
+	key, err := f.resolveKey()
+	if err != nil {
+		return nil, err
 	}
 	notify := func(r client.Retry) {
 		if f.stderr != nil {
@@ -37,6 +33,18 @@ func (f *clientFlags) client() (*client.Client, error) {
 		}
 	}
 	return client.New(f.url, key, client.WithRetryNotify(notify)), nil
+}
+
+// resolveKey returns --key, else BERTH_KEY, else the content of --key-file.
+func (f *clientFlags) resolveKey() (string, error) {
+	if f.key != "" {
+		return f.key, nil
+	}
+	b, err := os.ReadFile(f.keyFile)
+	if err != nil {
+		return "", fmt.Errorf("no API key: set --key or BERTH_KEY, or start `berth dev` (it writes %s)", f.keyFile)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // exitError carries a sandboxed command's exit code out of `berth sandbox exec`.

@@ -70,7 +70,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&cf.url, "url", envOr("BERTH_URL", "http://127.0.0.1:7070"), "Berth server URL (env BERTH_URL)")
 	root.PersistentFlags().StringVar(&cf.key, "key", os.Getenv("BERTH_KEY"), "API key (env BERTH_KEY; default: the dev stack's admin.key)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when --key is not set")
-	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf))
+	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newBenchCmd(cf))
 	return root
 }
 
