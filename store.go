@@ -120,7 +120,9 @@ type Store interface {
 // a drain or undrain written through any replica reaches the others' placement in well under
 // a second, without waiting for their cache to expire. WatchAgents calls fn with the id of
 // each agent whose drain state changed, until ctx ends; it reconnects by itself after store
-// outages and returns only ctx.Err(). fn must not block.
+// outages and returns only ctx.Err(). fn is also called with "" each time the watch is
+// (re)established, including the first time: changes may have been missed, so every agent
+// should be re-read. fn is called from one goroutine, in commit order, and must not block.
 type AgentWatcher interface {
 	WatchAgents(ctx context.Context, fn func(agentID string)) error
 }

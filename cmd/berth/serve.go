@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/berth-dev/berth/server"
+	"github.com/berth-dev/berth/store/postgres"
 	"github.com/berth-dev/berth/store/sqlite"
 	"github.com/spf13/cobra"
 )
@@ -22,7 +25,7 @@ import (
 // the node token (env BERTH_NODE_TOKEN).
 func newServerCmd() *cobra.Command {
 	cfg := server.DefaultConfig()
-	listen, data := "127.0.0.1:7070", defaultDataDir()
+	listen, data, storeSpec := "127.0.0.1:7070", defaultDataDir(), ""
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API and scheduler (one replica)",
@@ -37,7 +40,7 @@ func newServerCmd() *cobra.Command {
 			if err := os.MkdirAll(data, 0o700); err != nil {
 				return err
 			}
-			st, err := sqlite.Open(ctx, filepath.Join(data, "berth.db"))
+			st, err := openStore(ctx, storeSpec, data)
 			if err != nil {
 				return err
 			}
@@ -70,12 +73,26 @@ func newServerCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", listen, "API address")
-	f.StringVar(&data, "data", data, "directory for the SQLite store and admin.key")
+	f.StringVar(&data, "data", data, "directory for admin.key (and the SQLite store by default)")
+	f.StringVar(&storeSpec, "store", os.Getenv("BERTH_STORE"), "store: postgres://… (any number of replicas) or a SQLite file path (one replica; default <data>/berth.db)")
+	f.StringVar(&cfg.ReplicaID, "replica-id", cfg.ReplicaID, "this replica's name, the owner of its reservations (default: random)")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period (for Retry-After)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry TTL (LED-2)")
 	f.StringVar(&cfg.Strategy, "strategy", cfg.Strategy, "placement strategy: spread or pack (PLC-2)")
 	return cmd
+}
+
+// openStore opens the store named by spec: a postgres:// or postgresql:// URL, or a SQLite
+// file path ("" means <data>/berth.db).
+func openStore(ctx context.Context, spec, data string) (berth.Store, error) {
+	switch {
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		return postgres.Open(ctx, spec)
+	case spec == "":
+		spec = filepath.Join(data, "berth.db")
+	}
+	return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite://"))
 }
 
 // newAgentCmd is `berth agent`: one host agent with the process runtime.

@@ -30,7 +30,8 @@ const DefaultDrainReason = "operator drain"
 //     terminal moves to its (terminal) state, actor "agent/<id>". Unknown ids, other agents'
 //     sandboxes and non-terminal states are ignored, so a retried list is harmless;
 //   - it nets (LED-4) the agent's reservations for sandboxes hb.Sandboxes lists, and every
-//     reservation, of any agent, whose sandbox is terminal, each with the event held → netted.
+//     reservation, of any agent, whose sandbox is terminal, each with the event held → netted;
+//   - after commit, on first sight or a status change, it pushes the agent to WatchAgents.
 //
 // It returns the number of reservations netted.
 func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (int, error) {
@@ -51,6 +52,7 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 	}
 	actor := "agent/" + hb.AgentID
 	var netted int
+	var changed bool // registered or status changed: tell the watchers after commit
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var oldStatus, oldBoot, drain string
 		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason FROM agents WHERE id = ?`, hb.AgentID).
@@ -91,6 +93,7 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 			return fmt.Errorf("sqlite: heartbeat of %q: %w", hb.AgentID, err)
 		}
 		ev := berth.Event{At: now, Entity: actor, Actor: actor}
+		changed = !known || oldStatus != string(status)
 		switch {
 		case !known:
 			ev.From, ev.To, ev.Reason = "", string(status), "registered"
@@ -123,6 +126,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 	})
 	if err != nil {
 		return 0, err
+	}
+	if changed {
+		s.watch.notify(hb.AgentID)
 	}
 	return netted, nil
 }
@@ -309,9 +315,11 @@ func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
 // old status → new status (reason as given, actor as given). A drain without a reason stores
 // DefaultDrainReason. Draining a drained agent, or undraining one that is not, changes
 // nothing and writes no event. Undraining restores the status the agent last reported. An
-// unknown id is an error wrapping berth.ErrNotFound.
+// unknown id is an error wrapping berth.ErrNotFound. A change is pushed to WatchAgents after
+// it commits (PLC-5).
 func (s *Store) SetAgentDrain(ctx context.Context, id string, draining bool, reason, actor string, now time.Time) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	changed := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var status, reported, drain string
 		err := tx.QueryRowContext(ctx, `SELECT status, reported_status, drain_reason FROM agents WHERE id = ?`, id).
 			Scan(&status, &reported, &drain)
@@ -341,10 +349,15 @@ func (s *Store) SetAgentDrain(ctx context.Context, id string, draining bool, rea
 			newStatus, newDrain, id); err != nil {
 			return fmt.Errorf("sqlite: drain agent %q: %w", id, err)
 		}
+		changed = true
 		return insertEvent(ctx, tx, berth.Event{
 			At: now, Entity: "agent/" + id, From: status, To: newStatus, Reason: evReason, Actor: actor,
 		})
 	})
+	if err == nil && changed {
+		s.watch.notify(id)
+	}
+	return err
 }
 
 // scanAgent reads one row selected with agentColumns.

@@ -35,7 +35,8 @@ const busyTimeoutMS = 5000
 // transactions begin IMMEDIATE so concurrent writers queue on the database lock instead of
 // failing when they upgrade from read to write.
 type Store struct {
-	db *sql.DB
+	db    *sql.DB
+	watch watchers // WatchAgents subscribers
 }
 
 var _ berth.Store = (*Store)(nil)

@@ -288,3 +288,56 @@ func testSandboxesFilter(t *testing.T, s berth.Store) {
 		}
 	}
 }
+
+// testOrderingIsBytewise pins that every "ordered by name/id" list sorts by bytes, as SQLite's
+// BINARY collation does, whatever collation a server database defaults to: upper case before
+// '_' before lower case, '-' before digits.
+func testOrderingIsBytewise(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	names := []string{"b", "a_1", "_x", "a1", "B", "a-1"}
+	want := []string{"B", "_x", "a-1", "a1", "a_1", "b"}
+	for _, n := range names {
+		if err := s.PutTemplate(ctx, berth.Template{Name: n, MemoryMiB: 256, VCPUs: 1}); err != nil {
+			t.Fatalf("PutTemplate(%s): %v", n, err)
+		}
+		if err := s.PutTenant(ctx, berth.Tenant{Name: n, CreatedAt: T0}); err != nil {
+			t.Fatalf("PutTenant(%s): %v", n, err)
+		}
+		mustHeartbeat(t, s, heartbeat(n, 1024), T0)
+		mustCreate(t, s, sandbox(n, "acme", "a1", berth.SandboxRunning), T0) // one created_at: ties by id
+	}
+	var got struct{ templates, tenants, agents, sandboxes []string }
+	tpls, err := s.Templates(ctx)
+	if err != nil {
+		t.Fatalf("Templates: %v", err)
+	}
+	for _, x := range tpls {
+		got.templates = append(got.templates, x.Name)
+	}
+	tns, err := s.Tenants(ctx)
+	if err != nil {
+		t.Fatalf("Tenants: %v", err)
+	}
+	for _, x := range tns {
+		got.tenants = append(got.tenants, x.Name)
+	}
+	ags, err := s.Agents(ctx)
+	if err != nil {
+		t.Fatalf("Agents: %v", err)
+	}
+	for _, x := range ags {
+		got.agents = append(got.agents, x.AgentID)
+	}
+	sbs, err := s.Sandboxes(ctx, berth.SandboxFilter{})
+	if err != nil {
+		t.Fatalf("Sandboxes: %v", err)
+	}
+	for _, x := range sbs {
+		got.sandboxes = append([]string{x.ID}, got.sandboxes...) // newest first, ties by id descending
+	}
+	for name, ids := range map[string][]string{"Templates": got.templates, "Tenants": got.tenants, "Agents": got.agents, "Sandboxes (reversed)": got.sandboxes} {
+		if diff := cmp.Diff(want, ids); diff != "" {
+			t.Errorf("%s order (-want +got):\n%s", name, diff)
+		}
+	}
+}

@@ -1,5 +1,5 @@
-// Package storetest is the conformance suite every berth.Store passes (store/sqlite now,
-// store/postgres later): one behaviour, pinned once, for every backend. It is imported by the
+// Package storetest is the conformance suite every berth.Store passes (store/sqlite and
+// store/postgres): one behaviour, pinned once, for every backend. It is imported by the
 // backends' tests only.
 //
 // Time is an input: every call takes a fixed time derived from T0, never the wall clock.
@@ -55,6 +55,8 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"PendingAndReservations", one(testPendingAndReservations)},
 		{"SweepReservations", one(testSweepReservations)},
 		{"EventsFilter", one(testEventsFilter)},
+		{"OrderingIsBytewise", one(testOrderingIsBytewise)},
+		{"WatchAgents", one(testWatchAgents)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,231 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-dev/berth"
+)
+
+// Reservation event states (LIF-3): a reservation is "held" from Reserve until it is
+// "released" (by its owner or a terminal sandbox), "netted" (a heartbeat accounts for the
+// sandbox, LED-4) or "expired" (swept after its TTL, LED-2).
+const (
+	resHeld     = "held"
+	resReleased = "released"
+	resNetted   = "netted"
+	resExpired  = "expired"
+)
+
+// SweeperActor is the actor of the events SweepReservations writes.
+const SweeperActor = "ledger-sweeper"
+
+// Reserve implements LED-1 and ADM-7 across replicas: it inserts r only if agent r.AgentID
+// exists and memory_mb_admittable − Σ MiB of its reservations unexpired at now ≥ r.MiB. A
+// zero-MiB reservation always fits a known agent. r.ExpiresAt must be set (LED-2); a zero
+// r.CreatedAt becomes now; an r.ID already in the ledger is an error. It reports whether r was
+// taken and, if so, writes the event "" → held.
+//
+// Atomicity: one READ COMMITTED transaction first locks the agent row (SELECT … FOR UPDATE),
+// then sums the agent's unexpired reservations and inserts r. Every Reserve against an agent,
+// on any connection of any replica, takes that lock first, so they run one at a time per
+// agent, and each sum is a fresh statement snapshot that sees every reservation committed
+// before the lock was granted: two replicas can never both take the last room. A single
+// INSERT … SELECT would not do: under READ COMMITTED two such statements read the same
+// snapshot and both insert. The row lock was chosen over SERIALIZABLE because it never aborts
+// (no retries on the hot path) and only serialises reserves of the same agent; reserves on
+// different agents run in parallel. Heartbeats update the same row and so queue behind it
+// (and it behind them), which also makes a new admittable figure and the sum consistent.
+// Releases, netting and sweeps only lower the sum and take no agent lock: racing one can only
+// make a check conservative for one transaction.
+func (s *Store) Reserve(ctx context.Context, r berth.Reservation, now time.Time) (bool, error) {
+	switch {
+	case r.ID == "" || r.AgentID == "":
+		return false, fmt.Errorf("postgres: reserve: reservation needs an id and an agent (got %q, %q)", r.ID, r.AgentID)
+	case r.MiB < 0:
+		return false, fmt.Errorf("postgres: reserve %q: negative MiB %d", r.ID, r.MiB)
+	case r.ExpiresAt.IsZero():
+		return false, fmt.Errorf("postgres: reserve %q: no expiry (LED-2)", r.ID)
+	}
+	created := r.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	var took bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		took = false
+		var admittable int64
+		err := tx.QueryRow(ctx, `SELECT memory_mb_admittable FROM agents WHERE id = $1 FOR UPDATE`, r.AgentID).
+			Scan(&admittable)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: reserve %q: %w", r.ID, err)
+		}
+		if r.MiB > 0 {
+			var pending int64
+			if err := tx.QueryRow(ctx,
+				`SELECT COALESCE(SUM(mib), 0)::BIGINT FROM reservations WHERE agent_id = $1 AND expires_at > $2`,
+				r.AgentID, ms(now)).Scan(&pending); err != nil {
+				return fmt.Errorf("postgres: reserve %q: %w", r.ID, err)
+			}
+			if admittable-pending < r.MiB {
+				return nil
+			}
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt)); err != nil {
+			return fmt.Errorf("postgres: reserve %q: %w", r.ID, err)
+		}
+		took = true
+		return insertEvent(ctx, tx, berth.Event{
+			At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
+			Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner),
+			Actor:  r.Owner,
+		})
+	})
+	if err != nil {
+		return false, err
+	}
+	return took, nil
+}
+
+// Release deletes reservation id with the event held → released (actor: its owner). It is
+// idempotent and reports whether a row went. Release takes no clock, so the event is stamped
+// with the wall clock.
+func (s *Store) Release(ctx context.Context, id string) (bool, error) {
+	var gone bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		gone = false
+		var owner string
+		err := tx.QueryRow(ctx, `DELETE FROM reservations WHERE id = $1 RETURNING owner`, id).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: release %q: %w", id, err)
+		}
+		gone = true
+		return insertEvent(ctx, tx, berth.Event{
+			At: time.Now(), Entity: "reservation/" + id, From: resHeld, To: resReleased,
+			Reason: "released by owner", Actor: owner,
+		})
+	})
+	return gone, err
+}
+
+// Pending returns Σ MiB of reservations unexpired at now, per agent id; agents without any
+// are absent.
+func (s *Store) Pending(ctx context.Context, now time.Time) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx,
+		`SELECT agent_id, SUM(mib)::BIGINT FROM reservations WHERE expires_at > $1 GROUP BY agent_id`, ms(now))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: pending: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var agent string
+		var mib int64
+		if err := rows.Scan(&agent, &mib); err != nil {
+			return nil, fmt.Errorf("postgres: pending: %w", err)
+		}
+		out[agent] = mib
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: pending: %w", err)
+	}
+	return out, nil
+}
+
+// Reservations lists every reservation, expired or not, oldest first.
+func (s *Store) Reservations(ctx context.Context) ([]berth.Reservation, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, agent_id, sandbox_id, mib, owner, created_at, expires_at
+		FROM reservations ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reservations: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.Reservation{}
+	for rows.Next() {
+		var r berth.Reservation
+		var created, expires int64
+		if err := rows.Scan(&r.ID, &r.AgentID, &r.SandboxID, &r.MiB, &r.Owner, &created, &expires); err != nil {
+			return nil, fmt.Errorf("postgres: reservations: %w", err)
+		}
+		r.CreatedAt, r.ExpiresAt = fromMS(created), fromMS(expires)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: reservations: %w", err)
+	}
+	return out, nil
+}
+
+// SweepReservations implements LED-2: it deletes every reservation with expires_at ≤ now,
+// each with the event held → expired (actor SweeperActor), and returns how many went. Replicas
+// may sweep at once: a row goes, with its event, in exactly one of them.
+func (s *Store) SweepReservations(ctx context.Context, now time.Time) (int, error) {
+	var swept int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		swept, err = dropReservations(ctx, tx, `DELETE FROM reservations WHERE expires_at <= $1 RETURNING id`,
+			[]any{ms(now)}, func(id string) berth.Event {
+				return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resExpired, Reason: "ttl elapsed", Actor: SweeperActor}
+			})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return swept, nil
+}
+
+// releaseSandboxReservations deletes every reservation of sandbox sid, each with the event
+// held → released and the reason "sandbox <state>"; a terminal transition calls it.
+func releaseSandboxReservations(ctx context.Context, tx pgx.Tx, sid string, state berth.SandboxState, actor string, now time.Time) error {
+	_, err := dropReservations(ctx, tx, `DELETE FROM reservations WHERE sandbox_id = $1 RETURNING id`, []any{sid},
+		func(id string) berth.Event {
+			return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resReleased, Reason: "sandbox " + string(state), Actor: actor}
+		})
+	return err
+}
+
+// dropReservations runs del, a DELETE … RETURNING id, and writes event(id) for every row that
+// went, in id order. It returns how many went.
+func dropReservations(ctx context.Context, tx pgx.Tx, del string, args []any, event func(id string) berth.Event) (int, error) {
+	ids, err := queryIDs(ctx, tx, del, args...)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete reservations: %w", err)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if err := insertEvent(ctx, tx, event(id)); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
+// queryIDs runs a query whose rows are one string each and collects them (so the caller may
+// write while holding the result).
+func queryIDs(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]string, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}

@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// openURL opens the store at url and closes it when t ends.
+func openURL(t *testing.T, url string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// openFresh opens a store on a new empty database of the shared test cluster.
+func openFresh(t *testing.T) *Store {
+	t.Helper()
+	return openURL(t, pgtest.Start(t).NewDatabase(t))
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) berth.Store { return openFresh(t) })
+}
+
+// TestReopenKeepsData pins that data survives reopening and that migrating an up-to-date
+// database is a no-op.
+func TestReopenKeepsData(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	now := storetest.T0
+	first, err := Open(t.Context(), url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	sb := berth.Sandbox{ID: "sb-1", Template: "python", Tenant: "acme", State: berth.SandboxRunning, CreatedAt: now}
+	if err := first.CreateSandbox(t.Context(), sb, "test", now); err != nil {
+		t.Fatalf("CreateSandbox: %v", err)
+	}
+	first.Close()
+	for i := range 2 {
+		s := openURL(t, url)
+		got, err := s.Sandbox(t.Context(), "sb-1")
+		if err != nil || got.ID != "sb-1" || got.State != berth.SandboxRunning {
+			t.Errorf("reopen #%d: Sandbox = %+v, %v; want sb-1 running", i+1, got, err)
+		}
+		evs, err := s.Events(t.Context(), berth.EventFilter{})
+		if err != nil || len(evs) != 1 {
+			t.Errorf("reopen #%d: %d events (%v), want 1", i+1, len(evs), err)
+		}
+	}
+}
+
+// TestOpenConcurrentMigrations pins that replicas opening one empty database at once all
+// succeed: the advisory lock makes one migrate and the others find nothing to do.
+func TestOpenConcurrentMigrations(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	const n = 4
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			s, err := Open(context.WithoutCancel(t.Context()), url)
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Open: %v", err)
+		}
+	}
+	s := openURL(t, url)
+	var versions int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&versions); err != nil {
+		t.Fatalf("goose_db_version: %v", err)
+	}
+	if versions != 1 {
+		t.Errorf("%d applied migrations recorded, want 1", versions)
+	}
+}
+
+// TestOpenFails pins that Open reports a bad URL or an unreachable server as an error.
+func TestOpenFails(t *testing.T) {
+	for _, tc := range []struct{ name, url string }{
+		{"unparsable", "postgres://127.0.0.1:99999/x"},
+		{"nobody listening", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"},
+	} {
+		if s, err := Open(t.Context(), tc.url); err == nil {
+			s.Close()
+			t.Errorf("%s: Open(%q) = nil error", tc.name, tc.url)
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-dev/berth"
+)
+
+// sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
+const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus, stateful,
+	created_at, expires_at, metadata, reason, idempotency_key`
+
+// CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
+// when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
+// sb.CreatedAt means now. If sb.IdempotencyKey is set and a sandbox of sb.Tenant already holds
+// it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4). The unique
+// index on (tenant, idempotency_key) decides the race between replicas: the insert waits for a
+// concurrent holder's transaction and, if that commits, inserts nothing.
+func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor string, now time.Time) error {
+	if sb.ID == "" {
+		return errors.New("postgres: create sandbox: empty id")
+	}
+	if sb.State == "" {
+		sb.State = berth.SandboxPending
+	}
+	if !sb.State.Valid() {
+		return fmt.Errorf("postgres: create sandbox %q: unknown state %q", sb.ID, sb.State)
+	}
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = now
+	}
+	var meta *string // NULL for an empty map
+	if len(sb.Metadata) > 0 {
+		b, err := json.Marshal(sb.Metadata)
+		if err != nil {
+			return fmt.Errorf("postgres: encode json: %w", err)
+		}
+		text := string(b)
+		meta = &text
+	}
+	var key *string // NULL when no Idempotency-Key was given, or the sandbox is born failed
+	if sb.IdempotencyKey != "" && sb.State != berth.SandboxFailed {
+		key = &sb.IdempotencyKey
+	}
+	reason := "created"
+	if sb.AgentID != "" {
+		reason = "placed on agent/" + sb.AgentID
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		// A holder that fails between the insert and the lookup frees the key: try again.
+		for range 3 {
+			var inserted bool
+			err := tx.QueryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+				RETURNING TRUE`,
+				sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
+				ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key).Scan(&inserted)
+			if err == nil {
+				return insertEvent(ctx, tx, berth.Event{
+					At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
+					Reason: reason, Actor: actor,
+				})
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("postgres: create sandbox %q: %w", sb.ID, err)
+			}
+			var holder string
+			err = tx.QueryRow(ctx, `SELECT id FROM sandboxes WHERE tenant = $1 AND idempotency_key = $2`,
+				sb.Tenant, sb.IdempotencyKey).Scan(&holder)
+			if err == nil {
+				return fmt.Errorf("sandbox %q: key %q held by sandbox %q: %w", sb.ID, sb.IdempotencyKey, holder, berth.ErrIdempotencyConflict)
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("postgres: create sandbox %q: %w", sb.ID, err)
+			}
+		}
+		return fmt.Errorf("sandbox %q: key %q: %w", sb.ID, sb.IdempotencyKey, berth.ErrIdempotencyConflict)
+	})
+}
+
+// Sandbox returns sandbox id or an error wrapping berth.ErrNotFound.
+func (s *Store) Sandbox(ctx context.Context, id string) (berth.Sandbox, error) {
+	sb, err := scanSandbox(s.pool.QueryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return berth.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
+	}
+	return sb, err
+}
+
+// SandboxByIdempotencyKey returns the tenant's sandbox created with key (API-4), or an error
+// wrapping berth.ErrNotFound. A failed sandbox no longer holds its key.
+func (s *Store) SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (berth.Sandbox, error) {
+	sb, err := scanSandbox(s.pool.QueryRow(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE tenant = $1 AND idempotency_key = $2`, tenant, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return berth.Sandbox{}, fmt.Errorf("sandbox of tenant %q with key %q: %w", tenant, key, berth.ErrNotFound)
+	}
+	return sb, err
+}
+
+// Sandboxes lists sandboxes matching f, newest (created_at) first, ties by id descending;
+// f.Limit 0 means 1000.
+func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.Sandbox, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, cond+" = $"+strconv.Itoa(len(args)))
+	}
+	if f.Tenant != "" {
+		add("tenant", f.Tenant)
+	}
+	if f.State != "" {
+		add("state", string(f.State))
+	}
+	if f.AgentID != "" {
+		add("agent_id", f.AgentID)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, limitOr(f.Limit, defaultLimit))
+	q += " ORDER BY created_at DESC, id DESC LIMIT $" + strconv.Itoa(len(args))
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.Sandbox{}
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// TransitionSandbox moves sandbox id to state to, recording reason on the row and the event
+// current → to (LIF-3), only if its current state is one of from, or any non-terminal state
+// when from is empty. A sandbox already in state to is not moved (no event). It reports
+// whether the transition happened; an unknown id is an error wrapping berth.ErrNotFound.
+// Entering a terminal state also releases the sandbox's reservations (events held → released)
+// and entering failed frees its Idempotency-Key (API-4). The sandbox row is locked while its
+// state is judged, so concurrent transitions of one sandbox apply one at a time.
+func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+	if !to.Valid() {
+		return false, fmt.Errorf("postgres: transition sandbox %q: unknown state %q", id, to)
+	}
+	var moved bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		moved, err = transitionTx(ctx, tx, id, from, to, reason, actor, now)
+		return err
+	})
+	return moved, err
+}
+
+// transitionTx is TransitionSandbox inside an open transaction (ApplyHeartbeat shares it).
+func transitionTx(ctx context.Context, tx pgx.Tx, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+	var cur string
+	err := tx.QueryRow(ctx, `SELECT state FROM sandboxes WHERE id = $1 FOR UPDATE`, id).Scan(&cur)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("postgres: transition sandbox %q: %w", id, err)
+	}
+	state := berth.SandboxState(cur)
+	allowed := slices.Contains(from, state)
+	if len(from) == 0 {
+		allowed = !state.Terminal()
+	}
+	if !allowed || state == to {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE sandboxes
+		SET state = $1, reason = $2,
+		    idempotency_key = CASE WHEN $3 THEN NULL ELSE idempotency_key END
+		WHERE id = $4`,
+		string(to), reason, to == berth.SandboxFailed, id); err != nil {
+		return false, fmt.Errorf("postgres: transition sandbox %q: %w", id, err)
+	}
+	if err := insertEvent(ctx, tx, berth.Event{
+		At: now, Entity: "sandbox/" + id, From: cur, To: string(to), Reason: reason, Actor: actor,
+	}); err != nil {
+		return false, err
+	}
+	if to.Terminal() {
+		if err := releaseSandboxReservations(ctx, tx, id, to, actor, now); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// scanSandbox reads one row selected with sandboxColumns.
+func scanSandbox(r scanner) (berth.Sandbox, error) {
+	var sb berth.Sandbox
+	var state string
+	var created int64
+	var expires *int64
+	var meta []byte
+	var key *string
+	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &sb.Stateful,
+		&created, &expires, &meta, &sb.Reason, &key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sb, err
+	}
+	if err != nil {
+		return sb, fmt.Errorf("postgres: scan sandbox: %w", err)
+	}
+	sb.State = berth.SandboxState(state)
+	sb.CreatedAt, sb.ExpiresAt = fromMS(created), fromNullMS(expires)
+	if key != nil {
+		sb.IdempotencyKey = *key
+	}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &sb.Metadata); err != nil {
+			return sb, fmt.Errorf("postgres: sandbox %q metadata: %w", sb.ID, err)
+		}
+	}
+	return sb, nil
+}

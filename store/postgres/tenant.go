@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-dev/berth"
+)
+
+// PutTenant creates tenant t.Name if it does not exist; an existing tenant is left as is.
+func (s *Store) PutTenant(ctx context.Context, t berth.Tenant) error {
+	if t.Name == "" {
+		return errors.New("postgres: put tenant: empty name")
+	}
+	_, err := s.pool.Exec(ctx,
+		`INSERT INTO tenants (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`,
+		t.Name, nullMS(t.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("postgres: put tenant %q: %w", t.Name, err)
+	}
+	return nil
+}
+
+// Tenants lists tenants ordered by name (bytewise).
+func (s *Store) Tenants(ctx context.Context) ([]berth.Tenant, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: tenants: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.Tenant{}
+	for rows.Next() {
+		var t berth.Tenant
+		var created *int64
+		if err := rows.Scan(&t.Name, &created); err != nil {
+			return nil, fmt.Errorf("postgres: tenants: %w", err)
+		}
+		t.CreatedAt = fromNullMS(created)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: tenants: %w", err)
+	}
+	return out, nil
+}
+
+// PutAPIKey stores k (its hash only, API-1), replacing a key with the same id. The tenant
+// must exist, else the error wraps berth.ErrNotFound; a hash held by another key is an error.
+func (s *Store) PutAPIKey(ctx context.Context, k berth.APIKey) error {
+	if k.ID == "" || k.Hash == "" {
+		return fmt.Errorf("postgres: put api key: needs an id and a hash (id %q)", k.ID)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE name = $1`, k.Tenant).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("api key %q: tenant %q: %w", k.ID, k.Tenant, berth.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: put api key %q: %w", k.ID, err)
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO api_keys (id, tenant, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, role = excluded.role,
+				hash = excluded.hash, created_at = excluded.created_at`,
+			k.ID, k.Tenant, k.Role, k.Hash, nullMS(k.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("postgres: put api key %q: %w", k.ID, err)
+		}
+		return nil
+	})
+}
+
+// APIKeyByHash returns the key whose secret hashes (hex SHA-256) to hash, or an error
+// wrapping berth.ErrNotFound.
+func (s *Store) APIKeyByHash(ctx context.Context, hash string) (berth.APIKey, error) {
+	k := berth.APIKey{Hash: hash}
+	var created *int64
+	err := s.pool.QueryRow(ctx, `SELECT id, tenant, role, created_at FROM api_keys WHERE hash = $1`, hash).
+		Scan(&k.ID, &k.Tenant, &k.Role, &created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return berth.APIKey{}, fmt.Errorf("api key: %w", berth.ErrNotFound)
+	}
+	if err != nil {
+		return berth.APIKey{}, fmt.Errorf("postgres: api key: %w", err)
+	}
+	k.CreatedAt = fromNullMS(created)
+	return k, nil
+}
