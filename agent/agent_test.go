@@ -245,3 +245,38 @@ func TestParsePSISome(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteDuringStart: a delete that arrives while the sandbox is still starting wins: the
+// start is undone, nothing stays running, and a starting guest is never listed as held.
+func TestDeleteDuringStart(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{})
+	rt := &fakeRuntime{start: func(id string) error {
+		close(started)
+		<-release
+		return nil
+	}}
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, rt)
+	done := make(chan error)
+	go func() { done <- create(a, "s1", 512) }()
+	<-started
+	if hb := a.Heartbeat(time.Now()); len(hb.Sandboxes) != 0 || hb.MemoryMiBAdmittable != 1536 {
+		t.Fatalf("while starting: listed %v, admittable %d; want not listed but charged", hb.Sandboxes, hb.MemoryMiBAdmittable)
+	}
+	if err := a.Delete(context.Background(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; berth.ErrorCode(err) != berth.EConflict {
+		t.Fatalf("create deleted mid-start: %v, want conflict", err)
+	}
+	hb := a.Heartbeat(time.Now())
+	if len(hb.Sandboxes) != 0 || hb.MemoryMiBAdmittable != 2048 {
+		t.Fatalf("after: %v, admittable %d", hb.Sandboxes, hb.MemoryMiBAdmittable)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.stopped) < 2 { // once by Delete, once by the undone start
+		t.Fatalf("runtime stops %v: the started sandbox was not stopped", rt.stopped)
+	}
+}

@@ -43,7 +43,12 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 	for id, g := range a.guests {
 		hb.MemoryMiBCommitted += g.spec.MemoryMiB
 		hb.MemoryMiBUsed += g.resident
-		hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident, Measured: g.measured})
+		// Only started guests are listed: the store reads the list as "runs here" (it
+		// promotes starting sandboxes and nets their reservations, LED-4). A guest still
+		// starting is charged in admittable but keeps its ledger entry until it runs.
+		if g.started {
+			hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident, Measured: g.measured})
+		}
 	}
 	return hb
 }

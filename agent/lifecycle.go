@@ -63,7 +63,9 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	defer func() {
 		if !ok {
 			a.mu.Lock()
-			delete(a.guests, c.ID)
+			if a.guests[c.ID] == g {
+				delete(a.guests, c.ID)
+			}
 			a.mu.Unlock()
 		}
 	}()
@@ -75,6 +77,16 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 			&berth.Error{Code: berth.EUnavailable, Message: "sandbox start failed: " + err.Error()})
 	}
 	a.mu.Lock()
+	if cur := a.guests[c.ID]; cur != g {
+		// Deleted while it was starting: the delete could not stop what did not run yet,
+		// so stop it now rather than leave a sandbox nobody accounts for.
+		a.mu.Unlock()
+		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = a.rt.Stop(stop, c.ID)
+		ok = true // the guest is already gone from the books
+		return berth.Errorf(berth.EConflict, "sandbox %s was deleted while it started", c.ID)
+	}
 	g.started = true
 	a.mu.Unlock()
 	ok = true

@@ -153,6 +153,7 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			return sb, s.refusal(ctx, d, sb, lastAgentErr)
 		}
 		if attempt >= s.cfg.MaxHostsPerCreate {
+			d.Rejected[placement.ReasonSaturated]++ // the host it would try next, had it the patience
 			return sb, s.refusal(ctx, d, sb, lastAgentErr)
 		}
 		attempt++
@@ -169,10 +170,11 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			return sb, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
 		}
 		if !ok {
-			// The store knows more than the snapshot (another create took the room):
-			// refresh and try again, counting the host as lacking memory.
-			excluded[host] = berth.ENoCapacity
-			_ = s.refresh(ctx)
+			// The store knows more than the snapshot (another create took the room): refresh,
+			// so the next Pick sees the ledger as it is and judges the host on memory.
+			if err := s.refresh(ctx); err != nil {
+				return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
+			}
 			continue
 		}
 		s.adjustPending(host, res.MiB)

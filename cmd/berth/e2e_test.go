@@ -10,21 +10,39 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
 	process.MaybeRunInit() // this test binary doubles as the sandboxes' init (AGT-3)
-	os.Exit(m.Run())
+	if os.Getenv(envRunMain) == "1" {
+		// This test binary plays the berth binary for a replica the test runs as a real
+		// process (so it can be killed with SIGKILL).
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "berth:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	pgtest.Main(m) // runs the tests, then stops the shared PostgreSQL
 }
+
+// envRunMain makes the test binary run Main with its arguments instead of the tests.
+const envRunMain = "BERTH_TEST_RUN_MAIN"
 
 // bootDev starts the dev stack on 127.0.0.1:0 with real process sandboxes and stops it
 // (and every sandbox) when the test ends, pass or fail.
@@ -462,3 +480,5 @@ func TestE2E_BadInput(t *testing.T) {
 		t.Fatalf("SDK unknown template: %v", err)
 	}
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

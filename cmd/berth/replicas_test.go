@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/runtime/process"
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/server"
+	"github.com/berth-dev/berth/store/postgres"
+)
+
+// pgFleet is Berth on PostgreSQL: in-process replicas, replicas run as real processes, and
+// real agents with the process runtime.
+type pgFleet struct {
+	db, adminKey, nodeToken, data string
+	seed                          *postgres.Store
+	urls                          []string
+	log                           *slog.Logger
+}
+
+func newPGFleet(t *testing.T) *pgFleet {
+	t.Helper()
+	ctx := context.Background()
+	f := &pgFleet{db: pgtest.Start(t).NewDatabase(t), nodeToken: server.NewKeySecret(), data: t.TempDir(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	st, err := postgres.Open(ctx, f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.seed = st
+	if err := seedTemplates(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if f.adminKey, err = ensureAdminKey(ctx, st, filepath.Join(f.data, "admin.key")); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// replica starts an in-process replica with its own connection pool and returns its URL.
+func (f *pgFleet) replica(t *testing.T, mutate func(*server.Config)) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := postgres.Open(ctx, f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.NodeToken, cfg.Logger = f.nodeToken, f.log
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv := server.New(cfg, st)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv.Handler()}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = hs.Serve(ln) }()
+	go func() { defer wg.Done(); _ = srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = hs.Close()
+		wg.Wait()
+		st.Close()
+	})
+	url := "http://" + ln.Addr().String()
+	f.urls = append(f.urls, url)
+	return url
+}
+
+// processReplica runs `berth server --store <db>` as a real process (this test binary
+// playing berth) and returns its URL and the process, which the test may SIGKILL.
+func (f *pgFleet) processReplica(t *testing.T) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "server", "--store", f.db, "--listen", "127.0.0.1:0",
+		"--data", f.data, "--reservation-ttl", "3s", "--replica-id", "doomed")
+	cmd.Env = append(os.Environ(), envRunMain+"=1", "BERTH_NODE_TOKEN="+f.nodeToken)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // by its PID: the process this test started
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("replica process said nothing: %v", err)
+	}
+	_, url, ok := strings.Cut(strings.TrimSpace(line), " at ")
+	if !ok {
+		t.Fatalf("unexpected first line from the replica process: %q", line)
+	}
+	url, _, _ = strings.Cut(url, " ")
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return url, cmd
+}
+
+// agent starts a real agent (process runtime, committed admission) heartbeating to url.
+func (f *pgFleet) agent(t *testing.T, id, url string, memMiB int64) *agent.Agent {
+	t.Helper()
+	rt, err := process.New(process.Config{Dir: filepath.Join(t.TempDir(), id), Logger: f.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = id, berth.AdmissionCommitted, memMiB, 0
+	cfg.HeartbeatInterval, cfg.MeasureInterval = 100*time.Millisecond, 100*time.Millisecond
+	cfg.ServerURL, cfg.NodeToken, cfg.Logger = url, f.nodeToken, f.log
+	a, err := agent.New(cfg, agent.ProcessRuntime(rt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = rt.Close()
+	})
+	waitFor(t, 30*time.Second, "agent "+id+" registered", func() (bool, string) {
+		_, err := f.seed.Agent(context.Background(), id)
+		return err == nil, fmt.Sprint(err)
+	})
+	return a
+}
+
+func createAt(t *testing.T, url, key, idem string) (int, berth.ErrorDetail) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/sandboxes", strings.NewReader(`{"template":"python"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if idem != "" {
+		req.Header.Set(berth.HeaderIdempotencyKey, idem)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, berth.ErrorDetail{Code: "transport"}
+	}
+	defer resp.Body.Close()
+	var eb berth.ErrorBody
+	b, _ := io.ReadAll(resp.Body)
+	_ = jsonUnmarshal(b, &eb)
+	return resp.StatusCode, eb.Error
+}
+
+// TestLED1_BurstAcrossReplicasRealAgent: 4 replicas on PostgreSQL, one real agent with room
+// for exactly 4 reserves, 40 concurrent creates round-robin over the replicas, 20 rounds:
+// every round admits exactly 4, every refusal comes from the ledger (never from the agent
+// catching an over-admission), and the ledger is empty at the end (LED-1, LED-3).
+func TestLED1_BurstAcrossReplicasRealAgent(t *testing.T) {
+	f := newPGFleet(t)
+	for range 4 {
+		f.replica(t, nil)
+	}
+	f.agent(t, "burst-agent", f.urls[0], 4*512)
+	c := client.New(f.urls[1], f.adminKey)
+	ctx := context.Background()
+	for round := range 20 {
+		waitFor(t, 30*time.Second, "an empty host", func() (bool, string) {
+			a, err := f.seed.Agent(ctx, "burst-agent")
+			rs, _ := f.seed.Reservations(ctx)
+			return err == nil && a.MemoryMiBAdmittable == 4*512 && len(rs) == 0, fmt.Sprintf("admittable %d, %d reservations", a.MemoryMiBAdmittable, len(rs))
+		})
+		var mu sync.Mutex
+		outcomes := map[string]int{}
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				code, e := createAt(t, f.urls[i%4], f.adminKey, "")
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case code == http.StatusCreated:
+					outcomes["created"]++
+				case e.Code == berth.ENoCapacity && e.Hosts["saturated"] == 0:
+					outcomes["refused by the ledger"]++
+				default:
+					outcomes[fmt.Sprintf("%d %s %v", code, e.Code, e.Hosts)]++
+				}
+			})
+		}
+		wg.Wait()
+		if outcomes["created"] != 4 || outcomes["refused by the ledger"] != 36 {
+			t.Fatalf("round %d: %v, want 4 created and 36 refused by the ledger", round, outcomes)
+		}
+		running, err := c.Sandboxes(ctx, berth.SandboxRunning)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range running {
+			if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+				t.Fatalf("round %d: delete: %v", round, err)
+			}
+		}
+	}
+	if rs, _ := f.seed.Reservations(ctx); len(rs) != 0 {
+		t.Fatalf("%d reservations outstanding after the last round", len(rs))
+	}
+}
+
+// TestKillReplicaMidCreate: a replica process SIGKILLed in the middle of creates leaves no
+// reservation behind after the TTL, and retrying each create with its Idempotency-Key on
+// another replica yields exactly one sandbox per key, which its agent really runs (API-4,
+// LED-2, LIF-1).
+func TestKillReplicaMidCreate(t *testing.T) {
+	f := newPGFleet(t)
+	survivor := f.replica(t, func(c *server.Config) {
+		c.ReservationTTL, c.SweepInterval, c.StartingGrace = 3*time.Second, 200*time.Millisecond, 5*time.Second
+	})
+	f.agent(t, "kill-agent", survivor, 16*512)
+	doomed, proc := f.processReplica(t)
+	ctx := context.Background()
+	keys := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range keys {
+		keys[i] = fmt.Sprintf("job-%d", i)
+		wg.Go(func() { createAt(t, doomed, f.adminKey, keys[i]) })
+	}
+	waitFor(t, 30*time.Second, "the doomed replica to start creating", func() (bool, string) {
+		sbs, err := f.seed.Sandboxes(ctx, berth.SandboxFilter{})
+		return err == nil && len(sbs) > 0, fmt.Sprint(err)
+	})
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = proc.Wait()
+	wg.Wait()
+
+	c := client.New(survivor, f.adminKey, client.WithDeadline(60*time.Second))
+	got := map[string]string{}
+	for _, k := range keys {
+		sb, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "python"}, k)
+		if err != nil {
+			t.Fatalf("retry of %s on the survivor: %v", k, err)
+		}
+		got[k] = sb.ID
+	}
+	sbs, err := f.seed.Sandboxes(ctx, berth.SandboxFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]int{}
+	for _, sb := range sbs {
+		if sb.State != berth.SandboxFailed {
+			live[sb.IdempotencyKey]++
+			if got[sb.IdempotencyKey] != sb.ID {
+				t.Errorf("live sandbox %s (%s, key %q) is not the one the retry returned", sb.ID, sb.State, sb.IdempotencyKey)
+			}
+		}
+	}
+	for _, k := range keys {
+		if live[k] != 1 {
+			t.Errorf("key %s has %d live sandboxes, want exactly 1", k, live[k])
+		}
+	}
+	waitAgent := func(limit time.Duration, what string, cond func() (bool, string)) {
+		deadline := time.Now().Add(limit)
+		for time.Now().Before(deadline) {
+			if ok, _ := cond(); ok {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_, msg := cond()
+		t.Errorf("timed out waiting for %s; last: %s", what, msg)
+	}
+	waitAgent(30*time.Second, "the agent to run exactly the 8 sandboxes", func() (bool, string) {
+		a, err := f.seed.Agent(ctx, "kill-agent")
+		if err != nil {
+			return false, err.Error()
+		}
+		held := map[string]bool{}
+		for _, h := range a.Sandboxes {
+			held[h.ID] = true
+		}
+		for _, id := range got {
+			if !held[id] {
+				return false, "missing " + id
+			}
+		}
+		return len(held) == len(got), fmt.Sprintf("agent holds %d", len(held))
+	})
+	if t.Failed() {
+		for _, sb := range sbs {
+			evs, _ := f.seed.Events(ctx, berth.EventFilter{Entity: "sandbox/" + sb.ID})
+			t.Logf("%s key=%s state=%s events=%+v", sb.ID, sb.IdempotencyKey, sb.State, evs)
+		}
+	}
+	waitFor(t, 30*time.Second, "no reservation left after the TTL", func() (bool, string) {
+		rs, err := f.seed.Reservations(ctx)
+		return err == nil && len(rs) == 0, fmt.Sprintf("%d left", len(rs))
+	})
+}
