@@ -27,13 +27,17 @@ const (
 	PoolEphemeral = "ephemeral"
 )
 
-// HeldSandbox is one sandbox an agent holds, as listed on its heartbeat (AGT-1). ResidentMiB
-// is the measured working set in MiB; Measured is false until a measurement saw the guest
-// (while false the agent still charges the reserve, ADM-5).
+// HeldSandbox is one sandbox an agent holds, as listed on its heartbeat (AGT-1): every guest
+// its admittable charges, so the ledger nets each create exactly when the agent starts
+// counting it (LED-4). ResidentMiB is the measured working set in MiB; Measured is false
+// until a measurement saw the guest (while false the agent charges the reserve, ADM-5);
+// Starting is true while the runtime is still starting it (it does not run yet, so the
+// store must not call it running).
 type HeldSandbox struct {
 	ID          string `json:"id"`
 	ResidentMiB int64  `json:"resident_mb"`
 	Measured    bool   `json:"measured"`
+	Starting    bool   `json:"starting,omitempty"`
 }
 
 // EndedSandbox reports a sandbox the agent ended on its own (TTL, exit, eviction) so the

@@ -106,6 +106,7 @@ type Agent struct {
 	cpuUsed                   float64
 	lastCPUBusy, lastCPUTotal uint64
 	kick                      chan struct{} // asks the heartbeat loop to send now
+	lastHeartbeatAt           time.Time     // orders this boot's heartbeats (never repeats)
 
 	ln   net.Listener
 	addr string

@@ -247,7 +247,7 @@ func TestParsePSISome(t *testing.T) {
 }
 
 // TestDeleteDuringStart: a delete that arrives while the sandbox is still starting wins: the
-// start is undone, nothing stays running, and a starting guest is never listed as held.
+// start is undone and nothing stays running; while it starts it is listed as starting.
 func TestDeleteDuringStart(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -260,8 +260,9 @@ func TestDeleteDuringStart(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- create(a, "s1", 512) }()
 	<-started
-	if hb := a.Heartbeat(time.Now()); len(hb.Sandboxes) != 0 || hb.MemoryMiBAdmittable != 1536 {
-		t.Fatalf("while starting: listed %v, admittable %d; want not listed but charged", hb.Sandboxes, hb.MemoryMiBAdmittable)
+	want := []berth.HeldSandbox{{ID: "s1", Starting: true}}
+	if hb := a.Heartbeat(time.Now()); !cmp.Equal(hb.Sandboxes, want) || hb.MemoryMiBAdmittable != 1536 {
+		t.Fatalf("while starting: listed %v, admittable %d; want listed as starting and charged", hb.Sandboxes, hb.MemoryMiBAdmittable)
 	}
 	if err := a.Delete(context.Background(), "s1"); err != nil {
 		t.Fatal(err)

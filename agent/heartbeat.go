@@ -14,6 +14,12 @@ import (
 func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// HeartbeatAt orders this boot's heartbeats for the store (a slow POST must not roll
+	// newer figures back), so it never repeats or goes back, whatever the wall clock does.
+	if !now.After(a.lastHeartbeatAt) {
+		now = a.lastHeartbeatAt.Add(time.Millisecond)
+	}
+	a.lastHeartbeatAt = now
 	hb := berth.Heartbeat{
 		AgentID:             a.cfg.ID,
 		Address:             a.addr,
@@ -43,12 +49,11 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 	for id, g := range a.guests {
 		hb.MemoryMiBCommitted += g.spec.MemoryMiB
 		hb.MemoryMiBUsed += g.resident
-		// Only started guests are listed: the store reads the list as "runs here" (it
-		// promotes starting sandboxes and nets their reservations, LED-4). A guest still
-		// starting is charged in admittable but keeps its ledger entry until it runs.
-		if g.started {
-			hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident, Measured: g.measured})
-		}
+		// Every guest admittable charges is listed, so its ledger entry is netted by the
+		// same heartbeat that starts counting it (LED-4: never counted twice for longer).
+		// A guest still starting says so: the store must not call it running yet.
+		hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident,
+			Measured: g.measured, Starting: !g.started})
 	}
 	return hb
 }

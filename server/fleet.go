@@ -48,6 +48,7 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, _ principal
 	if err := s.store.PutTemplate(r.Context(), t); err != nil {
 		return berth.Errorf(berth.EUnavailable, "store template: %v", err)
 	}
+	s.templates.forget(t.Name)
 	httpjson.WriteJSON(w, http.StatusOK, t)
 	return nil
 }

@@ -29,7 +29,7 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 	if req.Template == "" {
 		return berth.Template{}, berth.Errorf(berth.EInvalidRequest, "template is required")
 	}
-	t, err := s.store.Template(ctx, req.Template)
+	t, err := s.templates.get(ctx, req.Template)
 	if errors.Is(err, berth.ErrNotFound) {
 		var names []string
 		if ts, err := s.store.Templates(ctx); err == nil {
@@ -103,8 +103,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
 		Metadata: req.Metadata, IdempotencyKey: idem,
 	}
-	for {
-		if idem != "" {
+	// A retry finds its first create when the insert of its starting row meets the key
+	// (errIdempotent), so a first attempt pays no extra read for the key.
+	for awaiting := false; ; awaiting = true {
+		if awaiting {
 			first, found, err := s.awaitIdempotent(r.Context(), p.Tenant, idem)
 			if err != nil {
 				outcome = berth.ErrorCode(err)

@@ -73,13 +73,14 @@ func DefaultConfig() Config {
 
 // Server is the API and scheduler of one replica.
 type Server struct {
-	cfg     Config
-	store   berth.Store
-	sched   *scheduler
-	agents  *agentCaller
-	auth    *authenticator
-	metrics *metrics
-	log     *slog.Logger
+	cfg       Config
+	store     berth.Store
+	sched     *scheduler
+	agents    *agentCaller
+	auth      *authenticator
+	templates *templateCache
+	metrics   *metrics
+	log       *slog.Logger
 }
 
 // New returns a server over st. Zero fields of cfg take their defaults.
@@ -136,13 +137,14 @@ func New(cfg Config, st berth.Store) *Server {
 	m := newMetrics(cfg.Registry, st)
 	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
 	return &Server{
-		cfg:     cfg,
-		store:   st,
-		sched:   newScheduler(st, cfg, ac, m),
-		agents:  ac,
-		auth:    newAuthenticator(st, cfg.NodeToken),
-		metrics: m,
-		log:     cfg.Logger,
+		cfg:       cfg,
+		store:     st,
+		sched:     newScheduler(st, cfg, ac, m),
+		agents:    ac,
+		auth:      newAuthenticator(st, cfg.NodeToken),
+		templates: &templateCache{store: st, ttl: 5 * time.Second, clock: cfg.Clock},
+		metrics:   m,
+		log:       cfg.Logger,
 	}
 }
 

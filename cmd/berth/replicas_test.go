@@ -183,14 +183,19 @@ func TestLED1_BurstAcrossReplicasRealAgent(t *testing.T) {
 	f.agent(t, "burst-agent", f.urls[0], 4*512)
 	c := client.New(f.urls[1], f.adminKey)
 	ctx := context.Background()
+	emptySince := time.Now()
 	for round := range 20 {
+		// The room N is the agent's own verdict: wait for a heartbeat built after the last
+		// round's deletes (an older one still charges them, LED-4's one-heartbeat lag).
 		waitFor(t, 30*time.Second, "an empty host", func() (bool, string) {
 			a, err := f.seed.Agent(ctx, "burst-agent")
 			rs, _ := f.seed.Reservations(ctx)
-			return err == nil && a.MemoryMiBAdmittable == 4*512 && len(rs) == 0, fmt.Sprintf("admittable %d, %d reservations", a.MemoryMiBAdmittable, len(rs))
+			return err == nil && a.HeartbeatAt.After(emptySince) && a.MemoryMiBAdmittable == 4*512 && len(a.Sandboxes) == 0 && len(rs) == 0,
+				fmt.Sprintf("heartbeat at %v, admittable %d, %d held, %d reservations", a.HeartbeatAt, a.MemoryMiBAdmittable, len(a.Sandboxes), len(rs))
 		})
 		var mu sync.Mutex
 		outcomes := map[string]int{}
+		msgs := map[string]int{}
 		var wg sync.WaitGroup
 		for i := range 40 {
 			wg.Go(func() {
@@ -202,6 +207,7 @@ func TestLED1_BurstAcrossReplicasRealAgent(t *testing.T) {
 					outcomes["created"]++
 				case e.Code == berth.ENoCapacity && e.Hosts["saturated"] == 0:
 					outcomes["refused by the ledger"]++
+					msgs[e.Message]++
 				default:
 					outcomes[fmt.Sprintf("%d %s %v", code, e.Code, e.Hosts)]++
 				}
@@ -209,7 +215,21 @@ func TestLED1_BurstAcrossReplicasRealAgent(t *testing.T) {
 		}
 		wg.Wait()
 		if outcomes["created"] != 4 || outcomes["refused by the ledger"] != 36 {
-			t.Fatalf("round %d: %v, want 4 created and 36 refused by the ledger", round, outcomes)
+			a, _ := f.seed.Agent(ctx, "burst-agent")
+			rs, _ := f.seed.Reservations(ctx)
+			all, _ := f.seed.Sandboxes(ctx, berth.SandboxFilter{})
+			for _, sb := range all {
+				if !sb.State.Terminal() {
+					evs, _ := f.seed.Events(ctx, berth.EventFilter{Entity: "sandbox/" + sb.ID})
+					t.Logf("live %s %s %+v", sb.ID, sb.State, evs)
+				}
+			}
+			for _, h := range a.Sandboxes {
+				evs, _ := f.seed.Events(ctx, berth.EventFilter{Entity: "sandbox/" + h.ID})
+				t.Logf("held %s: %+v", h.ID, evs)
+			}
+			t.Fatalf("round %d: %v, want 4 created and 36 refused by the ledger; messages %v; agent admittable %d held %v; reservations %+v",
+				round, outcomes, msgs, a.MemoryMiBAdmittable, a.Sandboxes, rs)
 		}
 		running, err := c.Sandboxes(ctx, berth.SandboxRunning)
 		if err != nil {
@@ -220,6 +240,7 @@ func TestLED1_BurstAcrossReplicasRealAgent(t *testing.T) {
 				t.Fatalf("round %d: delete: %v", round, err)
 			}
 		}
+		emptySince = time.Now()
 	}
 	if rs, _ := f.seed.Reservations(ctx); len(rs) != 0 {
 		t.Fatalf("%d reservations outstanding after the last round", len(rs))

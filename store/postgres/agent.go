@@ -69,9 +69,15 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 		}
 		known := !inserted
 		var oldStatus, oldBoot, drain string
-		if err := tx.QueryRow(ctx, `SELECT status, boot_id, drain_reason FROM agents WHERE id = $1 FOR UPDATE`,
-			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain); err != nil {
+		var oldAt *int64
+		if err := tx.QueryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_at FROM agents WHERE id = $1 FOR UPDATE`,
+			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain, &oldAt); err != nil {
 			return fmt.Errorf("postgres: heartbeat of %q: %w", hb.AgentID, err)
+		}
+		if known && oldBoot == hb.BootID && oldAt != nil && !hb.HeartbeatAt.IsZero() && ms(hb.HeartbeatAt) < *oldAt {
+			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
+			// POST was slow). Its figures are out of date; only its ended list is news.
+			return applyEnded(ctx, tx, hb, actor, now)
 		}
 		status := reported
 		if drain != "" {
@@ -165,7 +171,7 @@ func promoteStarting(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor s
 	}
 	listed := make(map[string]bool, len(hb.Sandboxes))
 	for _, h := range hb.Sandboxes {
-		listed[h.ID] = true
+		listed[h.ID] = !h.Starting // a guest still starting does not run yet
 	}
 	ids, err := queryIDs(ctx, tx, `SELECT id FROM sandboxes WHERE agent_id = $1 AND state = $2 ORDER BY id`,
 		hb.AgentID, string(berth.SandboxStarting))

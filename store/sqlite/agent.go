@@ -55,11 +55,17 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 	var changed bool // registered or status changed: tell the watchers after commit
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var oldStatus, oldBoot, drain string
-		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason FROM agents WHERE id = ?`, hb.AgentID).
-			Scan(&oldStatus, &oldBoot, &drain)
+		var oldAt sql.NullInt64
+		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason, heartbeat_at FROM agents WHERE id = ?`, hb.AgentID).
+			Scan(&oldStatus, &oldBoot, &drain, &oldAt)
 		known := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlite: heartbeat of %q: %w", hb.AgentID, err)
+		}
+		if known && oldBoot == hb.BootID && oldAt.Valid && !hb.HeartbeatAt.IsZero() && ms(hb.HeartbeatAt) < oldAt.Int64 {
+			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
+			// POST was slow). Its figures are out of date; only its ended list is news.
+			return applyEnded(ctx, tx, hb, actor, now)
 		}
 		status := reported
 		if drain != "" {
@@ -166,7 +172,7 @@ func promoteStarting(ctx context.Context, tx *sql.Tx, hb berth.Heartbeat, actor 
 	}
 	listed := make(map[string]bool, len(hb.Sandboxes))
 	for _, h := range hb.Sandboxes {
-		listed[h.ID] = true
+		listed[h.ID] = !h.Starting // a guest still starting does not run yet
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM sandboxes WHERE agent_id = ? AND state = ?`,
 		hb.AgentID, string(berth.SandboxStarting))

@@ -295,10 +295,12 @@ func testHeartbeatPromotesStarting(t *testing.T, s berth.Store) {
 	mustCreate(t, s, sandbox("listed", "acme", "a1", berth.SandboxStarting), T0)
 	mustCreate(t, s, sandbox("unlisted", "acme", "a1", berth.SandboxStarting), T0)
 	mustCreate(t, s, sandbox("elsewhere", "acme", "a2", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("still-starting", "acme", "a1", berth.SandboxStarting), T0)
 	hb := heartbeat("a1", 2048)
-	hb.Sandboxes = []berth.HeldSandbox{{ID: "listed"}, {ID: "elsewhere"}, {ID: "unknown"}}
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "listed"}, {ID: "elsewhere"}, {ID: "unknown"}, {ID: "still-starting", Starting: true}}
 	mustHeartbeat(t, s, hb, at(time.Second))
-	for id, want := range map[string]berth.SandboxState{"listed": berth.SandboxRunning, "unlisted": berth.SandboxStarting, "elsewhere": berth.SandboxStarting} {
+	for id, want := range map[string]berth.SandboxState{"listed": berth.SandboxRunning, "unlisted": berth.SandboxStarting,
+		"elsewhere": berth.SandboxStarting, "still-starting": berth.SandboxStarting} {
 		if sb, err := s.Sandbox(ctx, id); err != nil || sb.State != want {
 			t.Errorf("%s = %v, %v; want %s", id, sb.State, err, want)
 		}
@@ -307,4 +309,32 @@ func testHeartbeatPromotesStarting(t *testing.T, s berth.Store) {
 		{At: T0, Entity: "sandbox/listed", From: "pending", To: "starting", Reason: "placed on agent/a1", Actor: "test"},
 		{At: at(time.Second), Entity: "sandbox/listed", From: "starting", To: "running", Reason: "agent reports it running", Actor: "agent/a1"},
 	})
+}
+
+// testOvertakenHeartbeat: a heartbeat that arrives after a newer one of the same boot (its
+// POST was slow) does not roll the agent's figures back; its ended list still applies.
+func testOvertakenHeartbeat(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	newer := heartbeat("a1", 2048)
+	newer.BootID, newer.HeartbeatAt = "b1", at(2*time.Second)
+	older := heartbeat("a1", 512)
+	older.BootID, older.HeartbeatAt = "b1", at(time.Second)
+	older.Sandboxes = []berth.HeldSandbox{{ID: "old"}}
+	mustCreate(t, s, sandbox("old", "acme", "a1", berth.SandboxRunning), T0)
+	older.Ended = []berth.EndedSandbox{{ID: "old", State: berth.SandboxStopped, Reason: "ttl", At: at(time.Second)}}
+	mustHeartbeat(t, s, newer, at(3*time.Second))
+	mustHeartbeat(t, s, older, at(4*time.Second))
+	a, err := s.Agent(ctx, "a1")
+	if err != nil || a.MemoryMiBAdmittable != 2048 || len(a.Sandboxes) != 0 {
+		t.Fatalf("after an overtaken heartbeat: admittable %d, held %v, %v; want the newer figures", a.MemoryMiBAdmittable, a.Sandboxes, err)
+	}
+	if sb, err := s.Sandbox(ctx, "old"); err != nil || sb.State != berth.SandboxStopped {
+		t.Fatalf("the overtaken heartbeat's ended list: %v, %v; want stopped", sb.State, err)
+	}
+	restarted := heartbeat("a1", 1024)
+	restarted.BootID, restarted.HeartbeatAt = "b2", at(time.Second) // a new boot may have any clock
+	mustHeartbeat(t, s, restarted, at(5*time.Second))
+	if a, err := s.Agent(ctx, "a1"); err != nil || a.MemoryMiBAdmittable != 1024 {
+		t.Fatalf("a new boot's heartbeat was ignored: %d, %v", a.MemoryMiBAdmittable, err)
+	}
 }

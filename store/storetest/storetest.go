@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"HeartbeatEnded", one(testHeartbeatEnded)},
 		{"RestartLosesUnheldSandboxes", one(testRestartLosesUnheld)},
 		{"HeartbeatPromotesStarting", one(testHeartbeatPromotesStarting)},
+		{"OvertakenHeartbeat", one(testOvertakenHeartbeat)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
