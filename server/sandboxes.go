@@ -239,7 +239,12 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 	return nil
 }
 
+// agentAddress returns the base URL of an agent's internal API: from the placement
+// snapshot when it knows the agent, else from the store.
 func (s *Server) agentAddress(ctx context.Context, agentID string) (string, error) {
+	if addr, ok := s.sched.address(agentID); ok {
+		return addr, nil
+	}
 	a, err := s.store.Agent(ctx, agentID)
 	if err != nil {
 		return "", fmt.Errorf("agent %s: %w", agentID, err)

@@ -102,6 +102,16 @@ func (s *scheduler) observe(a berth.Agent) {
 	s.totals[i] = a.MemoryMiBTotal
 }
 
+// address returns the cached internal-API URL of an agent, if the snapshot has one.
+func (s *scheduler) address(agentID string) (string, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if i, ok := s.index[agentID]; ok && s.addrs[i] != "" {
+		return s.addrs[i], true
+	}
+	return "", false
+}
+
 // adjustPending adds delta MiB to the cached pending reservations of an agent.
 func (s *scheduler) adjustPending(agentID string, delta int64) {
 	s.mu.Lock()
