@@ -16,6 +16,7 @@ import (
 
 type clientFlags struct {
 	url, key, keyFile string
+	wait              time.Duration
 	stderr            io.Writer
 }
 
@@ -32,7 +33,7 @@ func (f *clientFlags) client() (*client.Client, error) {
 			fmt.Fprintf(f.stderr, "berth: %s; retrying in %.1fs (Ctrl-C to stop)\n", r.Last.Error(), r.Wait.Seconds())
 		}
 	}
-	return client.New(f.url, key, client.WithRetryNotify(notify)), nil
+	return client.New(f.url, key, client.WithRetryNotify(notify), client.WithDeadline(f.wait)), nil
 }
 
 // resolveKey returns --key, else BERTH_KEY, else the content of --key-file.
@@ -220,8 +221,66 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(list)
+	var reason string
+	drain := &cobra.Command{
+		Use: "drain ID", Short: "Cordon an agent: no new placements there (AGT-5)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			if err := c.DrainAgent(cmd.Context(), args[0], reason); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "draining", args[0])
+			return nil
+		},
+	}
+	drain.Flags().StringVar(&reason, "reason", "", "why (recorded in the event)")
+	undrain := &cobra.Command{
+		Use: "undrain ID", Short: "Lift a drain: the agent takes placements again", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			if err := c.UndrainAgent(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "active", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(list, drain, undrain)
 	return cmd
+}
+
+func newEventsCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "events [ENTITY]",
+		Short: "Show state transitions (LIF-3), e.g. `berth events sandbox/sb-1` or `berth events agent/`",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			entity := ""
+			if len(args) == 1 {
+				entity = args[0]
+			}
+			evs, err := c.Events(cmd.Context(), entity)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "AT\tENTITY\tFROM\tTO\tREASON\tACTOR")
+			for _, e := range evs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.At.Format(time.RFC3339Nano), e.Entity, e.From, e.To, e.Reason, e.Actor)
+			}
+			return tw.Flush()
+		},
+	}
 }
 
 func newTemplatesCmd(cf *clientFlags) *cobra.Command {

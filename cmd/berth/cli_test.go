@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -61,6 +62,18 @@ func TestCLI_SandboxLifecycle(t *testing.T) {
 	}
 	if out, err := berthCLI(t, st, "", "templates"); err != nil || !strings.Contains(out, "python") || !strings.Contains(out, "shell") {
 		t.Fatalf("templates = %q, %v", out, err)
+	}
+	if out, err := berthCLI(t, st, "", "agents", "drain", "dev-agent-1", "--reason", "cli test"); err != nil || !strings.Contains(out, "draining") {
+		t.Fatalf("agents drain: %q, %v", out, err)
+	}
+	if _, err := berthCLI(t, st, "", "--wait", "1s", "sandbox", "create", "shell"); !strings.Contains(fmt.Sprint(err), "no_capacity") || exitCode(err) != 3 {
+		t.Fatalf("create on the drained fleet: %v, want no_capacity", err)
+	}
+	if _, err := berthCLI(t, st, "", "agents", "undrain", "dev-agent-1"); err != nil {
+		t.Fatalf("agents undrain: %v", err)
+	}
+	if out, err := berthCLI(t, st, "", "events", "agent/dev-agent-1"); err != nil || !strings.Contains(out, "cli test") {
+		t.Fatalf("events: %q, %v; want the drain with its reason", out, err)
 	}
 	if _, err := berthCLI(t, st, "", "sandbox", "kill", sb.ID); err != nil {
 		t.Fatalf("kill: %v", err)

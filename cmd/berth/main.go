@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/process"
@@ -70,7 +71,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&cf.url, "url", envOr("BERTH_URL", "http://127.0.0.1:7070"), "Berth server URL (env BERTH_URL)")
 	root.PersistentFlags().StringVar(&cf.key, "key", os.Getenv("BERTH_KEY"), "API key (env BERTH_KEY; default: the dev stack's admin.key)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when --key is not set")
-	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newBenchCmd(cf))
+	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1)")
+	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newBenchCmd(cf))
 	return root
 }
 
