@@ -87,6 +87,17 @@ func hostOf(a berth.Agent, pendingMiB int64) placement.Host {
 	}
 }
 
+// refreshIfStale re-reads the store when the snapshot is older than the cache TTL (PLC-5).
+func (s *scheduler) refreshIfStale(ctx context.Context) error {
+	s.mu.RLock()
+	stale := s.cfg.Clock().Sub(s.loadedAt) > s.cfg.CacheTTL
+	s.mu.RUnlock()
+	if !stale {
+		return nil
+	}
+	return s.refresh(ctx)
+}
+
 // observe folds a heartbeat this replica just stored into the snapshot, so the cache stays
 // current between refreshes. Netted reservations are subtracted by the next refresh.
 func (s *scheduler) observe(a berth.Agent) {
@@ -100,6 +111,24 @@ func (s *scheduler) observe(a berth.Agent) {
 	s.hosts[i] = hostOf(a, s.hosts[i].PendingMiB)
 	s.addrs[i] = a.Address
 	s.totals[i] = a.MemoryMiBTotal
+}
+
+// silentAgents returns the agents whose cached last heartbeat is older than their pool's
+// lease TTL: candidates for lease expiry, to be confirmed against the store.
+func (s *scheduler) silentAgents(now time.Time, ephemeral, stateful time.Duration) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var ids []string
+	for _, h := range s.hosts {
+		ttl := stateful
+		if h.Pool == berth.PoolEphemeral {
+			ttl = ephemeral
+		}
+		if now.UnixNano()-h.LastSeenNano >= int64(ttl) {
+			ids = append(ids, h.ID)
+		}
+	}
+	return ids
 }
 
 // address returns the cached internal-API URL of an agent, if the snapshot has one.
@@ -137,13 +166,8 @@ var errIdempotent = errors.New("idempotency key held by another create")
 // Errors are *berth.Error refusals (no_capacity, no_healthy_agents, host_starts_saturated,
 // with host counts and Retry-After), unavailable when the store fails, or errIdempotent.
 func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string) (berth.Sandbox, error) {
-	s.mu.RLock()
-	stale := s.cfg.Clock().Sub(s.loadedAt) > s.cfg.CacheTTL
-	s.mu.RUnlock()
-	if stale {
-		if err := s.refresh(ctx); err != nil {
-			return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
-		}
+	if err := s.refreshIfStale(ctx); err != nil {
+		return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
 	}
 	preq := placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool}
 	excluded := map[string]string{} // agent id → code it refused with

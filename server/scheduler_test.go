@@ -207,3 +207,55 @@ func TestSweepFailsAbandonedStarting(t *testing.T) {
 		t.Errorf("the failed create still holds its Idempotency-Key")
 	}
 }
+
+// TestLIF2_LeaseExpiry: sandboxes of an agent silent for longer than its pool's lease TTL
+// become lost, each with an event; a stateful agent's longer lease is not yet over.
+func TestLIF2_LeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, a := range []struct{ id, pool string }{{"eph", berth.PoolEphemeral}, {"stf", berth.PoolStateful}} {
+		_, err := st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: a.id, Pool: a.pool, Status: berth.AgentActive, IntakeOpen: true,
+			MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, HeartbeatAt: t0}, t0)
+		must(t, err)
+		must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-" + a.id, Template: "python", Tenant: "acme", AgentID: a.id,
+			State: berth.SandboxRunning, MemoryMiB: 512, VCPUs: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, "test", t0))
+	}
+	now := t0
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Clock = func() time.Time { return now }
+	s := New(cfg, st)
+	state := func(id string) berth.SandboxState {
+		sb, err := st.Sandbox(ctx, id)
+		must(t, err)
+		return sb.State
+	}
+	now = t0.Add(80 * time.Second)
+	s.sweep(ctx)
+	if state("sb-eph") != berth.SandboxRunning {
+		t.Fatalf("lost before the 90 s ephemeral lease ran out")
+	}
+	now = t0.Add(91 * time.Second)
+	s.sweep(ctx)
+	if got := state("sb-eph"); got != berth.SandboxLost {
+		t.Fatalf("ephemeral sandbox after 91 s of silence: %s, want lost", got)
+	}
+	if got := state("sb-stf"); got != berth.SandboxRunning {
+		t.Fatalf("stateful sandbox after 91 s: %s, want running (10 min lease)", got)
+	}
+	now = t0.Add(11 * time.Minute)
+	s.sweep(ctx)
+	if got := state("sb-stf"); got != berth.SandboxLost {
+		t.Fatalf("stateful sandbox after 11 min of silence: %s, want lost", got)
+	}
+	evs, err := st.Events(ctx, berth.EventFilter{Entity: "sandbox/sb-eph"})
+	must(t, err)
+	if last := evs[len(evs)-1]; last.To != "lost" || !strings.Contains(last.Reason, "lease expired") {
+		t.Fatalf("last event %+v, want running → lost for an expired lease", last)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -44,6 +45,11 @@ type Config struct {
 	MaxSandboxMiB int64
 	// AgentTimeout bounds one call to an agent (default 60 s; exec carries its own timeout).
 	AgentTimeout time.Duration
+	// LeaseEphemeral and LeaseStateful are the lease TTLs per pool (LIF-2, defaults 90 s and
+	// 10 min): when an agent has not heartbeated for its pool's TTL, the sweeper marks its
+	// live sandboxes lost.
+	LeaseEphemeral time.Duration
+	LeaseStateful  time.Duration
 	// StartingGrace is how long a sandbox may stay starting before the sweeper fails it
 	// (its replica died mid-create and its agent never listed it). Default AgentTimeout + 30 s.
 	StartingGrace time.Duration
@@ -68,6 +74,8 @@ func DefaultConfig() Config {
 		MaxTTL:            7 * 24 * time.Hour,
 		MaxSandboxMiB:     1 << 20,
 		AgentTimeout:      60 * time.Second,
+		LeaseEphemeral:    90 * time.Second,
+		LeaseStateful:     10 * time.Minute,
 	}
 }
 
@@ -121,6 +129,12 @@ func New(cfg Config, st berth.Store) *Server {
 	}
 	if cfg.AgentTimeout <= 0 {
 		cfg.AgentTimeout = def.AgentTimeout
+	}
+	if cfg.LeaseEphemeral <= 0 {
+		cfg.LeaseEphemeral = def.LeaseEphemeral
+	}
+	if cfg.LeaseStateful <= 0 {
+		cfg.LeaseStateful = def.LeaseStateful
 	}
 	if cfg.StartingGrace <= 0 {
 		cfg.StartingGrace = cfg.AgentTimeout + 30*time.Second
@@ -181,6 +195,9 @@ func (s *Server) sweep(ctx context.Context) {
 		s.log.Warn("expired reservations swept", "count", n)
 		_ = s.sched.refresh(ctx)
 	}
+	if err := s.sched.refreshIfStale(ctx); err == nil {
+		s.expireLeases(ctx)
+	}
 	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})
 	if err != nil {
 		return
@@ -200,6 +217,46 @@ func (s *Server) sweep(ctx context.Context) {
 			_ = s.agents.delete(ctx, addr, sb.ID) // in case it runs after all
 		}
 	}
+}
+
+// expireLeases turns the live sandboxes of agents silent for longer than their pool's lease
+// TTL into lost, each with an event (LIF-2, SPOT-5: the silent case). Candidates come from
+// the snapshot (no I/O); each is re-read from the store before anything is marked.
+func (s *Server) expireLeases(ctx context.Context) {
+	now := s.cfg.Clock()
+	for _, id := range s.sched.silentAgents(now, s.cfg.LeaseEphemeral, s.cfg.LeaseStateful) {
+		a, err := s.store.Agent(ctx, id)
+		if err != nil {
+			continue
+		}
+		ttl := s.leaseTTL(a.Pool)
+		silent := now.Sub(a.LastSeen)
+		if silent < ttl {
+			continue
+		}
+		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{AgentID: id})
+		if err != nil {
+			continue
+		}
+		reason := fmt.Sprintf("lease expired: no heartbeat from agent/%s for %s (lease %s)", id, silent.Round(time.Second), ttl)
+		for _, sb := range sbs {
+			if sb.State.Terminal() {
+				continue
+			}
+			ok, err := s.store.TransitionSandbox(ctx, sb.ID, nil, berth.SandboxLost, reason, "sweeper/"+s.cfg.ReplicaID, now)
+			if err == nil && ok {
+				s.log.Warn("sandbox lost", "sandbox", sb.ID, "agent", id, "reason", reason)
+			}
+		}
+	}
+}
+
+// leaseTTL returns the lease TTL of a pool; an agent with no pool is stateful (POOL-1).
+func (s *Server) leaseTTL(pool string) time.Duration {
+	if pool == berth.PoolEphemeral {
+		return s.cfg.LeaseEphemeral
+	}
+	return s.cfg.LeaseStateful
 }
 
 // watchAgents folds pushed agent changes into the snapshot: one agent re-read per change,
