@@ -122,6 +122,15 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		if errors.Is(err, errIdempotent) {
 			continue // another create holds the key: wait for its outcome
 		}
+		if err != nil && idem != "" && !awaiting {
+			// A full fleet must not hide a first attempt that succeeded (its answer was
+			// lost): the retry gets that sandbox, not a refusal (API-4).
+			if first, found, ferr := s.awaitIdempotent(r.Context(), p.Tenant, idem); ferr == nil && found {
+				outcome = "replayed"
+				httpjson.WriteJSON(w, http.StatusCreated, first)
+				return nil
+			}
+		}
 		if err != nil {
 			outcome = berth.ErrorCode(err)
 			return err

@@ -137,3 +137,24 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatalf("tenant reading another tenant's events: %v", err)
 	}
 }
+
+// TestAPI4_ReplayOnAFullFleet: a retry of a create that succeeded gets that sandbox even
+// when the fleet has no room left for a new one.
+func TestAPI4_ReplayOnAFullFleet(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) {
+		c.Admission, c.AgentMemoryMiB, c.HeadroomMiB = berth.AdmissionCommitted, 512, 0
+	})
+	ctx := context.Background()
+	c := adminClient(st, client.WithDeadline(time.Second))
+	first, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "python"}, "only-one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "python"}, "only-one")
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("retry on a full fleet: %+v, %v; want sandbox %s", again, err, first.ID)
+	}
+	if _, err := c.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "python"}, "another"); !client.IsCapacityUnavailable(err) {
+		t.Fatalf("a new create on the full fleet: %v, want capacity unavailable", err)
+	}
+}
