@@ -92,7 +92,7 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := a.rt.Exec(r.Context(), id, req)
 	if err != nil {
-		httpjson.WriteError(w, "", err)
+		httpjson.WriteError(w, "", a.runtimeErr(id, "exec", err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
@@ -109,7 +109,7 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		err = a.rt.WriteFile(r.Context(), id, r.URL.Query().Get("path"), data)
 	}
 	if err != nil {
-		httpjson.WriteError(w, "", err)
+		httpjson.WriteError(w, "", a.runtimeErr(id, "write a file", err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -123,9 +123,23 @@ func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	}
 	data, err := a.rt.ReadFile(r.Context(), id, r.URL.Query().Get("path"))
 	if err != nil {
-		httpjson.WriteError(w, "", err)
+		httpjson.WriteError(w, "", a.runtimeErr(id, "read a file", err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	_, _ = w.Write(data)
+}
+
+// runtimeErr turns a runtime failure without a code (the sandbox's init died: deleted,
+// OOM-killed, crashed) into one a client can act on, and logs the cause, which would
+// otherwise be lost behind "internal error" (API-2: a sandbox's state is never a 500).
+func (a *Agent) runtimeErr(id, op string, err error) error {
+	if code := berth.ErrorCode(err); code != berth.EInternal {
+		return err
+	}
+	a.log.Warn("runtime call failed", "sandbox", id, "op", op, "err", err)
+	if a.held(id) != nil {
+		return berth.Errorf(berth.ESandboxNotFound, "sandbox %s ended during the %s", id, op)
+	}
+	return berth.Errorf(berth.EConflict, "sandbox %s could not %s (its init may have died, e.g. out of memory): %v", id, op, err)
 }

@@ -15,21 +15,32 @@ import (
 
 // agentCaller calls agents' internal API (agent.Handler) with the node token. Transport
 // failures become unavailable errors so the scheduler moves on to the next host (PLC-7).
+// Each call is bounded by its own deadline, not one client-wide timeout: an exec may run for
+// its timeout_s (up to an hour), a create must not hold a placement for a minute.
 type agentCaller struct {
-	http  *http.Client
-	token string
+	http    *http.Client
+	token   string
+	timeout time.Duration // creates, deletes, drains and file calls
 }
 
 func newAgentCaller(token string, timeout time.Duration) *agentCaller {
-	return &agentCaller{http: &http.Client{Timeout: timeout}, token: token}
+	return &agentCaller{http: &http.Client{}, token: token, timeout: timeout}
+}
+
+func (c *agentCaller) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 func (c *agentCaller) create(ctx context.Context, addr string, ac berth.AgentCreate) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	_, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes", nil, ac, http.StatusCreated)
 	return err
 }
 
 func (c *agentCaller) delete(ctx context.Context, addr, id string) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	_, err := c.do(ctx, http.MethodDelete, addr, "/internal/sandboxes/"+url.PathEscape(id), nil, nil, http.StatusNoContent)
 	return err
 }
@@ -47,17 +58,23 @@ func (c *agentCaller) exec(ctx context.Context, addr, id string, req berth.ExecR
 }
 
 func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, data []byte) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	q := url.Values{"path": {path}}
 	_, err := c.do(ctx, http.MethodPut, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/files", q, data, http.StatusNoContent)
 	return err
 }
 
 func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) ([]byte, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	q := url.Values{"path": {path}}
 	return c.do(ctx, http.MethodGet, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/files", q, nil, http.StatusOK)
 }
 
 func (c *agentCaller) drain(ctx context.Context, addr string, draining bool, reason string) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	if draining {
 		_, err := c.do(ctx, http.MethodPost, addr, "/internal/drain", url.Values{"reason": {reason}}, nil, http.StatusAccepted)
 		return err

@@ -243,14 +243,19 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			return sb, nil
 		}
 		code := berth.ErrorCode(err)
-		// Only a lost answer (transport failure, timeout) leaves the agent's side unknown.
-		s.abandon(ctx, sb, addr, code == berth.EUnavailable, release, fmt.Sprintf("agent/%s refused: %v", host, err), actor)
-		lastAgentErr = err
-		excluded[host] = code
-		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
+		reason := fmt.Sprintf("agent/%s refused: %v", host, err)
+		if ctx.Err() != nil {
+			reason = fmt.Sprintf("the client went away before agent/%s answered", host)
+		}
+		// Only a lost answer (transport failure, timeout, client gone) leaves the agent's
+		// side unknown; an explicit refusal means it holds nothing.
+		s.abandon(ctx, sb, addr, code == berth.EUnavailable || code == berth.EInternal || ctx.Err() != nil, release, reason, actor)
 		if ctx.Err() != nil {
 			return sb, berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
 		}
+		lastAgentErr = err
+		excluded[host] = code
+		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/httpjson"
 	"github.com/berth-dev/berth/store/sqlite"
 	"github.com/google/go-cmp/cmp"
 )
@@ -20,12 +21,18 @@ import (
 // fakeAgent serves the agent's internal create/delete calls with a chosen answer.
 type fakeAgent struct {
 	srv     *httptest.Server
-	refuse  string // error code to refuse creates with; "" accepts
+	refuse  string        // error code to refuse creates with; "" accepts
+	delay   time.Duration // how long a create takes to answer
 	creates atomic.Int64
+	deletes atomic.Int64
 }
 
 func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
-	f := &fakeAgent{refuse: refuse}
+	return newSlowFakeAgent(t, refuse, 0)
+}
+
+func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAgent {
+	f := &fakeAgent{refuse: refuse, delay: delay}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(berth.HeaderNodeToken) != "node-token" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -34,13 +41,19 @@ func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
 			f.creates.Add(1)
+			select {
+			case <-time.After(f.delay):
+			case <-r.Context().Done():
+				return
+			}
 			if f.refuse != "" {
-				w.WriteHeader(http.StatusServiceUnavailable)
+				w.WriteHeader(httpjson.StatusFor(f.refuse))
 				_ = json.NewEncoder(w).Encode(berth.ErrorBody{Error: berth.ErrorDetail{Code: f.refuse}})
 				return
 			}
 			w.WriteHeader(http.StatusCreated)
 		case r.Method == http.MethodDelete:
+			f.deletes.Add(1)
 			w.WriteHeader(http.StatusNoContent)
 		default:
 			w.WriteHeader(http.StatusNotFound)
@@ -59,6 +72,10 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, cacheTTL time.Duration) *harness {
+	return newHarnessWith(t, func(c *Config) { c.CacheTTL = cacheTTL })
+}
+
+func newHarnessWith(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, ":memory:")
@@ -72,8 +89,8 @@ func newHarness(t *testing.T, cacheTTL time.Duration) *harness {
 	must(t, st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: HashKey(h.key), CreatedAt: time.Now()}))
 	cfg := DefaultConfig()
 	cfg.NodeToken = "node-token"
-	cfg.CacheTTL = cacheTTL
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	mutate(&cfg)
 	s := New(cfg, st)
 	h.s = s
 	h.srv = httptest.NewServer(s.Handler())
@@ -257,5 +274,62 @@ func TestLIF2_LeaseExpiry(t *testing.T) {
 	must(t, err)
 	if last := evs[len(evs)-1]; last.To != "lost" || !strings.Contains(last.Reason, "lease expired") {
 		t.Fatalf("last event %+v, want running → lost for an expired lease", last)
+	}
+}
+
+// TestCase_C20_FailedCreatesReleaseTheirReservation: a create that fails on the host after
+// admission (the runtime errs, the agent times out, the client goes away) leaves no
+// reservation and no starting row behind, at once, not after a TTL (LED-3).
+func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		refuse      string
+		delay       time.Duration
+		clientLimit time.Duration
+		wantDelete  bool // the agent's side is unknown: it is told to stop the sandbox
+	}{
+		{name: "runtime error", refuse: berth.EInternal, wantDelete: true},
+		{name: "agent refuses", refuse: berth.EHostStartsSaturated},
+		{name: "agent times out", delay: 3 * time.Second, wantDelete: true},
+		{name: "client gone", delay: 3 * time.Second, clientLimit: 200 * time.Millisecond, wantDelete: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, func(c *Config) { c.AgentTimeout = time.Second })
+			a := newSlowFakeAgent(t, tc.refuse, tc.delay)
+			h.heartbeat(t, "a1", a.srv.URL, 4096)
+			ctx := context.Background()
+			if tc.clientLimit > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.clientLimit)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/v1/sandboxes", strings.NewReader(`{"template":"python"}`))
+			req.Header.Set("Authorization", "Bearer "+h.key)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusCreated {
+					t.Fatalf("a create that failed on the host answered 201")
+				}
+			}
+			// Wait for the server's side of the request to finish (the client may have left).
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				rs, err := h.st.Reservations(context.Background())
+				must(t, err)
+				sbs, err := h.st.Sandboxes(context.Background(), berth.SandboxFilter{})
+				must(t, err)
+				settled := len(sbs) == 1 && sbs[0].State == berth.SandboxFailed
+				if len(rs) == 0 && settled {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the failed create: reservations %+v, sandboxes %+v; want none and one failed", rs, sbs)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got := a.deletes.Load() > 0; got != tc.wantDelete {
+				t.Fatalf("agent told to stop the sandbox: %v, want %v", got, tc.wantDelete)
+			}
+		})
 	}
 }

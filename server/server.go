@@ -43,7 +43,8 @@ type Config struct {
 	MaxTTL     time.Duration
 	// MaxSandboxMiB is the largest memory_mb a create may ask for (default 1 TiB).
 	MaxSandboxMiB int64
-	// AgentTimeout bounds one call to an agent (default 60 s; exec carries its own timeout).
+	// AgentTimeout bounds one create, delete, drain or file call to an agent (default 30 s);
+	// an exec is bounded by its own timeout_s plus 10 s instead.
 	AgentTimeout time.Duration
 	// LeaseEphemeral and LeaseStateful are the lease TTLs per pool (LIF-2, defaults 90 s and
 	// 10 min): when an agent has not heartbeated for its pool's TTL, the sweeper marks its
@@ -73,7 +74,7 @@ func DefaultConfig() Config {
 		DefaultTTL:        time.Hour,
 		MaxTTL:            7 * 24 * time.Hour,
 		MaxSandboxMiB:     1 << 20,
-		AgentTimeout:      60 * time.Second,
+		AgentTimeout:      30 * time.Second,
 		LeaseEphemeral:    90 * time.Second,
 		LeaseStateful:     10 * time.Minute,
 	}

@@ -275,23 +275,54 @@ func (s *server) writeFile(req wireRequest, body io.Reader) wireResponse {
 	if err := os.MkdirAll(filepath.Dir(req.Path), 0o755); err != nil {
 		return fileErr(req.Path, err)
 	}
-	if err := os.WriteFile(req.Path, data, 0o644); err != nil {
+	if st, err := os.Stat(req.Path); err == nil && !st.Mode().IsRegular() {
+		return notRegular(req.Path, st)
+	}
+	// O_NONBLOCK: a FIFO swapped in after the check fails the open instead of hanging it.
+	f, err := os.OpenFile(req.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NONBLOCK, 0o644)
+	if err != nil {
+		return fileErr(req.Path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return fileErr(req.Path, err)
+	} else if !st.Mode().IsRegular() {
+		return notRegular(req.Path, st)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fileErr(req.Path, err)
+	}
+	if err := f.Close(); err != nil {
 		return fileErr(req.Path, err)
 	}
 	return wireResponse{}
 }
 
+// notRegular refuses anything but a regular file: a FIFO or device would hang or never end.
+func notRegular(path string, st os.FileInfo) wireResponse {
+	if st.IsDir() {
+		return wireResponse{Code: berth.EInvalidRequest, Message: path + " is a directory"}
+	}
+	return wireResponse{Code: berth.EInvalidRequest, Message: fmt.Sprintf("%s is not a regular file (%s)", path, st.Mode().Type())}
+}
+
 // readFile returns the content of req.Path, refusing directories and files over the cap.
 func (s *server) readFile(req wireRequest) (wireResponse, []byte) {
-	f, err := os.Open(req.Path)
+	if st, err := os.Stat(req.Path); err != nil {
+		return fileErr(req.Path, err), nil
+	} else if !st.Mode().IsRegular() {
+		return notRegular(req.Path, st), nil
+	}
+	// O_NONBLOCK: a FIFO swapped in after the check fails instead of hanging the open.
+	f, err := os.OpenFile(req.Path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return fileErr(req.Path, err), nil
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err != nil {
 		return fileErr(req.Path, err), nil
-	} else if st.IsDir() {
-		return wireResponse{Code: berth.EInvalidRequest, Message: req.Path + " is a directory"}, nil
+	} else if !st.Mode().IsRegular() {
+		return notRegular(req.Path, st), nil
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 	if err != nil {
@@ -304,9 +335,10 @@ func (s *server) readFile(req wireRequest) (wireResponse, []byte) {
 }
 
 // fileErr maps a file-system error to a berth code: missing → not_found, wrong kind of path →
-// invalid_request, denied → forbidden, anything else internal.
+// invalid_request, denied → forbidden, anything else (I/O error, disk full, a /proc file that
+// refuses) conflict: the state of the sandbox's file system, never a server bug (API-2).
 func fileErr(path string, err error) wireResponse {
-	code := berth.EInternal
+	code := berth.EConflict
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		code = berth.ENotFound
