@@ -281,3 +281,18 @@ func TestDeleteDuringStart(t *testing.T) {
 		t.Fatalf("runtime stops %v: the started sandbox was not stopped", rt.stopped)
 	}
 }
+
+// TestCase_C07_NegativeReadingClamped: a negative resident reading (real traces have
+// -1.2e-05 utilisation) counts as 0 and as a measurement error, never as free memory.
+func TestCase_C07_NegativeReadingClamped(t *testing.T) {
+	rt := &fakeRuntime{resident: map[string]int64{"s1": -5}, seen: true}
+	a := newTestAgent(t, berth.AdmissionWorkingSet, 2048, rt)
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	a.measureOnce(context.Background(), time.Now())
+	hb := a.Heartbeat(time.Now())
+	if hb.MemoryMiBAdmittable != 2048 || hb.MeasurementErrors != 1 || hb.Sandboxes[0].ResidentMiB != 0 {
+		t.Fatalf("heartbeat %+v: want admittable 2048 (never above total), 1 measurement error, resident 0", hb)
+	}
+}

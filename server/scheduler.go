@@ -359,6 +359,9 @@ func (s *scheduler) neverFits(sb berth.Sandbox) (int64, bool) {
 
 func refusalMessage(d placement.Decision) string {
 	msg := fmt.Sprintf("%d hosts", d.Total)
+	if d.Total == 1 {
+		msg = "1 host"
+	}
 	sep := ": "
 	for r, n := range d.Rejected {
 		if n > 0 {

@@ -63,8 +63,15 @@ func newDevCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			try := os.Args[0]
+			if cfg.Listen != defaultDevConfig().Listen {
+				try += " --url " + st.URL // the CLI's default URL is not this server
+			}
+			if cfg.Data != defaultDevConfig().Data {
+				try += " --key-file " + filepath.Join(cfg.Data, "admin.key")
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Berth dev is up at %s\n  admin key: %s\n  agents: %d × %d MiB (%s admission)\n  try: %s sandbox create python\n",
-				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission, os.Args[0])
+				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission, try)
 			<-cmd.Context().Done()
 			cfg.Logger.Info("berth dev stopping: agents stop every sandbox they run")
 			err = st.Close()

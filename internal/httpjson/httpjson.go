@@ -104,8 +104,29 @@ func decodeError(err error, limit int64) error {
 		return berth.Errorf(berth.EInvalidRequest, "empty body: a JSON object is required")
 	case errors.As(err, &se):
 		return berth.Errorf(berth.EInvalidRequest, "malformed JSON at byte %d", se.Offset)
+	case errors.As(err, &te) && te.Field == "":
+		return berth.Errorf(berth.EInvalidRequest, "body must be a JSON object, not %s", te.Value)
 	case errors.As(err, &te):
-		return berth.Errorf(berth.EInvalidRequest, "field %q must be %s", te.Field, te.Type)
+		return berth.Errorf(berth.EInvalidRequest, "field %q must be %s", te.Field, jsonKind(te.Type.Kind().String()))
 	}
 	return berth.Errorf(berth.EInvalidRequest, "invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(k string) string {
+	switch k {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	}
+	return "of another type"
 }

@@ -72,6 +72,7 @@ func TestDecode(t *testing.T) {
 		{``, berth.EInvalidRequest},
 		{`{"a":`, berth.EInvalidRequest},
 		{`{"a":"x"}`, berth.EInvalidRequest},
+		{`[]`, berth.EInvalidRequest},
 		{`{"b":1}`, berth.EInvalidRequest},
 		{`{"a":1} {"a":2}`, berth.EInvalidRequest},
 		{`{"a":1e400}`, berth.EInvalidRequest},
@@ -82,6 +83,23 @@ func TestDecode(t *testing.T) {
 		err := Decode(httptest.NewRecorder(), r, 64, &v)
 		if got := berth.ErrorCode(err); got != tc.code {
 			t.Errorf("Decode(%q) = %v (code %q), want code %q", tc.in, err, got, tc.code)
+		}
+	}
+}
+
+// TestDecodeMessagesSpeakJSON: messages name JSON kinds, never Go types.
+func TestDecodeMessagesSpeakJSON(t *testing.T) {
+	type body struct {
+		A int `json:"a"`
+	}
+	for in, want := range map[string]string{
+		`[]`:        "body must be a JSON object, not array",
+		`{"a":"x"}`: `field "a" must be an integer`,
+	} {
+		var v body
+		err := Decode(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", strings.NewReader(in)), 1024, &v)
+		if got := berth.ErrorMessage(err); got != want {
+			t.Errorf("Decode(%s) message %q, want %q", in, got, want)
 		}
 	}
 }

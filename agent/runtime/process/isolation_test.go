@@ -114,7 +114,7 @@ func TestMemoryLimit(t *testing.T) {
 // C24: clean page cache is not working set. Writing a 200 MiB file into the sandbox's /tmp
 // charges its pages to the cgroup, but they sit on the inactive file list, which Measure
 // subtracts.
-func TestWorkingSetExcludesPageCache(t *testing.T) {
+func TestCase_C24_WorkingSetExcludesPageCache(t *testing.T) {
 	r := isolatedRuntime(t)
 	startSandbox(t, r, "sb-cache", 512)
 	res := run(t, r, "sb-cache", berth.ExecRequest{Cmd: []string{"dd", "if=/dev/zero", "of=/tmp/big", "bs=1M", "count=200", "conv=fsync"}})

@@ -258,3 +258,30 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestFilesRefuseNonRegular: reading or writing a FIFO, a device or a directory is an
+// invalid_request at once, never a call that hangs until its deadline.
+func TestFilesRefuseNonRegular(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			r := newRuntime(t, mode)
+			startSandbox(t, r, "sb-fifo", 256)
+			if res := run(t, r, "sb-fifo", berth.ExecRequest{Cmd: []string{"mkfifo", "/tmp/pipe"}}); res.ExitCode != 0 {
+				t.Fatalf("mkfifo: %+v", res)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for _, p := range []string{"/tmp/pipe", "/dev/zero", "/tmp"} {
+				if _, err := r.ReadFile(ctx, "sb-fifo", p); berth.ErrorCode(err) != berth.EInvalidRequest {
+					t.Errorf("ReadFile(%s) = %v, want invalid_request", p, err)
+				}
+			}
+			if err := r.WriteFile(ctx, "sb-fifo", "/tmp/pipe", []byte("x")); berth.ErrorCode(err) != berth.EInvalidRequest {
+				t.Errorf("WriteFile(fifo) = %v, want invalid_request", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("a file call hung until the test's deadline")
+			}
+		})
+	}
+}
