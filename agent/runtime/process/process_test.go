@@ -266,17 +266,24 @@ func TestFilesRefuseNonRegular(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			r := newRuntime(t, mode)
 			startSandbox(t, r, "sb-fifo", 256)
-			if res := run(t, r, "sb-fifo", berth.ExecRequest{Cmd: []string{"mkfifo", "/tmp/pipe"}}); res.ExitCode != 0 {
+			// Without isolation /tmp is the host's, so the FIFO goes in a directory of this
+			// test; with it, the sandbox's private /tmp (the test's dir is hidden there).
+			dir := t.TempDir()
+			if mode == IsolateOn {
+				dir = "/tmp"
+			}
+			pipe := dir + "/pipe"
+			if res := run(t, r, "sb-fifo", berth.ExecRequest{Cmd: []string{"mkfifo", pipe}}); res.ExitCode != 0 {
 				t.Fatalf("mkfifo: %+v", res)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			for _, p := range []string{"/tmp/pipe", "/dev/zero", "/tmp"} {
+			for _, p := range []string{pipe, "/dev/zero", dir} {
 				if _, err := r.ReadFile(ctx, "sb-fifo", p); berth.ErrorCode(err) != berth.EInvalidRequest {
 					t.Errorf("ReadFile(%s) = %v, want invalid_request", p, err)
 				}
 			}
-			if err := r.WriteFile(ctx, "sb-fifo", "/tmp/pipe", []byte("x")); berth.ErrorCode(err) != berth.EInvalidRequest {
+			if err := r.WriteFile(ctx, "sb-fifo", pipe, []byte("x")); berth.ErrorCode(err) != berth.EInvalidRequest {
 				t.Errorf("WriteFile(fifo) = %v, want invalid_request", err)
 			}
 			if ctx.Err() != nil {
