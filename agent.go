@@ -1,6 +1,9 @@
 package berth
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // AgentStatus is the status an agent declares (LIF-1). Stale and dead are derived from the
 // heartbeat age, never stored.
@@ -8,10 +11,11 @@ type AgentStatus string
 
 // Agent statuses (LIF-1).
 const (
-	AgentActive   AgentStatus = "active"
-	AgentDraining AgentStatus = "draining"
-	AgentStale    AgentStatus = "stale" // derived: no heartbeat for the staleness cutoff
-	AgentDead     AgentStatus = "dead"  // derived: no heartbeat for dead_after
+	AgentActive      AgentStatus = "active"
+	AgentDraining    AgentStatus = "draining"
+	AgentStale       AgentStatus = "stale"       // derived: no heartbeat for the staleness cutoff
+	AgentQuarantined AgentStatus = "quarantined" // derived: out of placement after failed creates (PLC-9)
+	AgentDead        AgentStatus = "dead"        // derived: no heartbeat for dead_after
 )
 
 // Admission modes (ADM-1).
@@ -89,6 +93,59 @@ type Agent struct {
 	LastSeen time.Time `json:"-"`
 	// DrainReason is set while an operator drain is in force.
 	DrainReason string `json:"drain_reason,omitempty"`
+	// CreateFailures counts consecutive creates that failed on the host after admission;
+	// QuarantinedUntil, when in the future, keeps the host out of placement (PLC-9, C19).
+	CreateFailures   int       `json:"create_failures"`
+	QuarantinedUntil time.Time `json:"quarantined_until,omitzero"`
 	// LastSeenS is the heartbeat age in seconds, filled in for API answers only (§13).
 	LastSeenS float64 `json:"last_seen_s"`
+}
+
+// QuarantinePolicy says when a host that keeps failing creates leaves placement (PLC-9):
+// after After consecutive failures, for Backoff, doubled for every further failure (a failure
+// on probation) up to MaxBackoff.
+type QuarantinePolicy struct {
+	After      int
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+}
+
+// Until returns when a host with failures consecutive failures may take creates again, or the
+// zero time when it is not quarantined.
+func (q QuarantinePolicy) Until(failures int, now time.Time) time.Time {
+	if q.After <= 0 || failures < q.After {
+		return time.Time{}
+	}
+	d := q.Backoff
+	for i := q.After; i < failures && d < q.MaxBackoff; i++ {
+		d *= 2
+	}
+	return now.Add(min(d, max(q.MaxBackoff, q.Backoff)))
+}
+
+// QuarantineChange is what one create outcome does to an agent's quarantine state: the new
+// consecutive-failure count and quarantine end, and, when From/To are set, the event to write.
+type QuarantineChange struct {
+	Failures         int
+	Until            time.Time
+	From, To, Reason string
+}
+
+// Apply is the PLC-9 state machine every store runs: a failure counts, and from the After-th
+// on quarantines (again, longer, on probation); a success resets the count and, after a
+// quarantine, says the agent is back.
+func (q QuarantinePolicy) Apply(failures int, until time.Time, failed bool, now time.Time) QuarantineChange {
+	if !failed {
+		if q.After > 0 && failures >= q.After {
+			return QuarantineChange{From: string(AgentQuarantined), To: string(AgentActive), Reason: "a create succeeded on probation"}
+		}
+		return QuarantineChange{}
+	}
+	failures++
+	next := q.Until(failures, now)
+	if next.IsZero() {
+		return QuarantineChange{Failures: failures, Until: until}
+	}
+	return QuarantineChange{Failures: failures, Until: next, From: string(AgentActive), To: string(AgentQuarantined),
+		Reason: fmt.Sprintf("%d consecutive creates failed; on probation from %s", failures, next.UTC().Format(time.RFC3339))}
 }

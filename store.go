@@ -28,6 +28,12 @@ type AgentStore interface {
 	Agent(ctx context.Context, id string) (Agent, error)
 	// SetAgentDrain marks (draining=true) or clears an operator drain, with an event.
 	SetAgentDrain(ctx context.Context, id string, draining bool, reason, actor string, now time.Time) error
+	// RecordCreateOutcome counts a create that failed on the agent after admission (failed)
+	// or resets the count after one that succeeded (PLC-9). Crossing q.After consecutive
+	// failures sets QuarantinedUntil to q.Until(...) with an event "active → quarantined";
+	// a success after a quarantine writes "quarantined → active". Changes are pushed to
+	// AgentWatcher listeners. It returns the agent as stored; unknown agent → ErrNotFound.
+	RecordCreateOutcome(ctx context.Context, id string, failed bool, q QuarantinePolicy, actor string, now time.Time) (Agent, error)
 }
 
 // TemplateStore keeps templates.

@@ -69,6 +69,8 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal)
 			as[i].Status = berth.AgentDead
 		case age >= s.cfg.StaleAfter:
 			as[i].Status = berth.AgentStale
+		case as[i].QuarantinedUntil.After(now):
+			as[i].Status = berth.AgentQuarantined
 		}
 	}
 	if as == nil {

@@ -29,6 +29,8 @@ type scheduler struct {
 	index    map[string]int // agent id → position in hosts
 	addrs    []string       // agent base URLs, parallel to hosts
 	totals   []int64        // agents' memory_mb_total, parallel to hosts
+	failures []int          // agents' consecutive failed creates (PLC-9), parallel to hosts
+	qEnd     time.Time      // the earliest quarantine end in the snapshot: refresh then (probation)
 	loadedAt time.Time
 
 	raMu  sync.Mutex // guards the cached Retry-After estimate
@@ -56,24 +58,31 @@ func (s *scheduler) refresh(ctx context.Context) error {
 	hosts := make([]placement.Host, len(agents))
 	addrs := make([]string, len(agents))
 	totals := make([]int64, len(agents))
+	failures := make([]int, len(agents))
 	index := make(map[string]int, len(agents))
 	for i, a := range agents {
-		hosts[i] = hostOf(a, pending[a.AgentID])
+		hosts[i] = hostOf(a, pending[a.AgentID], now)
 		addrs[i] = a.Address
 		totals[i] = a.MemoryMiBTotal
+		failures[i] = a.CreateFailures
 		index[a.AgentID] = i
 	}
 	s.mu.Lock()
-	s.hosts, s.addrs, s.totals, s.index, s.loadedAt = hosts, addrs, totals, index, now
+	s.hosts, s.addrs, s.totals, s.failures, s.index, s.loadedAt = hosts, addrs, totals, failures, index, now
+	s.qEnd = time.Time{}
+	for _, a := range agents {
+		s.noteQuarantine(a.QuarantinedUntil, now)
+	}
 	s.mu.Unlock()
 	return nil
 }
 
-func hostOf(a berth.Agent, pendingMiB int64) placement.Host {
+func hostOf(a berth.Agent, pendingMiB int64, now time.Time) placement.Host {
 	return placement.Host{
 		ID:            a.AgentID,
 		LastSeenNano:  a.LastSeen.UnixNano(),
 		Draining:      a.Status == berth.AgentDraining || a.DrainReason != "",
+		Quarantined:   a.QuarantinedUntil.After(now), // PLC-9; probation starts when it passes
 		IntakeOpen:    a.IntakeOpen,
 		Preemptible:   a.Preemptible,
 		StreamRestore: a.StreamRestoreEnabled,
@@ -87,10 +96,19 @@ func hostOf(a berth.Agent, pendingMiB int64) placement.Host {
 	}
 }
 
-// refreshIfStale re-reads the store when the snapshot is older than the cache TTL (PLC-5).
+// noteQuarantine remembers the earliest future quarantine end. The caller holds s.mu.
+func (s *scheduler) noteQuarantine(until, now time.Time) {
+	if until.After(now) && (s.qEnd.IsZero() || until.Before(s.qEnd)) {
+		s.qEnd = until
+	}
+}
+
+// refreshIfStale re-reads the store when the snapshot is older than the cache TTL (PLC-5) or
+// a quarantine in it has ended (its host is back on probation, PLC-9).
 func (s *scheduler) refreshIfStale(ctx context.Context) error {
+	now := s.cfg.Clock()
 	s.mu.RLock()
-	stale := s.cfg.Clock().Sub(s.loadedAt) > s.cfg.CacheTTL
+	stale := now.Sub(s.loadedAt) > s.cfg.CacheTTL || (!s.qEnd.IsZero() && !now.Before(s.qEnd))
 	s.mu.RUnlock()
 	if !stale {
 		return nil
@@ -108,7 +126,9 @@ func (s *scheduler) observe(a berth.Agent) {
 		s.loadedAt = time.Time{} // unknown agent: force a refresh on the next create
 		return
 	}
-	s.hosts[i] = hostOf(a, s.hosts[i].PendingMiB)
+	s.hosts[i] = hostOf(a, s.hosts[i].PendingMiB, s.cfg.Clock())
+	s.failures[i] = a.CreateFailures
+	s.noteQuarantine(a.QuarantinedUntil, s.cfg.Clock())
 	s.addrs[i] = a.Address
 	s.totals[i] = a.MemoryMiBTotal
 }
@@ -226,6 +246,7 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt,
 		})
 		if err == nil {
+			s.recordOutcome(ctx, host, false, actor)
 			ok, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
 				berth.SandboxRunning, "agent started it", actor, s.cfg.Clock())
 			if err == nil && !ok {
@@ -253,10 +274,39 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 		if ctx.Err() != nil {
 			return sb, berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
 		}
+		if code == berth.EInternal || code == berth.EUnavailable {
+			// It accepted the create and failed it (runtime error, timeout, unreachable):
+			// count it toward quarantine. A refusal (full, saturated) is not a sick host.
+			s.recordOutcome(ctx, host, true, actor)
+		}
 		lastAgentErr = err
 		excluded[host] = code
 		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
 	}
+}
+
+// recordOutcome feeds PLC-9: every failed create on a host, and a success on a host that had
+// failures, go to the store, which quarantines or lifts it; the snapshot takes the result at
+// once. A success on a host without failures costs nothing.
+func (s *scheduler) recordOutcome(ctx context.Context, agentID string, failed bool, actor string) {
+	s.mu.RLock()
+	i, ok := s.index[agentID]
+	clean := ok && s.failures[i] == 0
+	s.mu.RUnlock()
+	if !failed && clean {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	a, err := s.store.RecordCreateOutcome(cctx, agentID, failed, s.cfg.Quarantine, actor, s.cfg.Clock())
+	if err != nil {
+		s.cfg.Logger.Warn("could not record a create outcome", "agent", agentID, "failed", failed, "err", err)
+		return
+	}
+	if a.QuarantinedUntil.After(s.cfg.Clock()) {
+		s.cfg.Logger.Warn("agent quarantined", "agent", agentID, "failures", a.CreateFailures, "until", a.QuarantinedUntil)
+	}
+	s.observe(a)
 }
 
 // abandon undoes one attempt: when the agent's side is unknown (stopAgent) it is told to

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,11 +65,11 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 }
 
 type harness struct {
+	clock func() time.Time
 	st    *sqlite.Store
 	s     *Server
 	srv   *httptest.Server
 	key   string
-	clock time.Time
 }
 
 func newHarness(t *testing.T, cacheTTL time.Duration) *harness {
@@ -91,6 +92,10 @@ func newHarnessWith(t *testing.T, mutate func(*Config)) *harness {
 	cfg.NodeToken = "node-token"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	mutate(&cfg)
+	h.clock = time.Now
+	if cfg.Clock != nil {
+		h.clock = cfg.Clock
+	}
 	s := New(cfg, st)
 	h.s = s
 	h.srv = httptest.NewServer(s.Handler())
@@ -110,9 +115,9 @@ func (h *harness) heartbeat(t *testing.T, id, addr string, admittable int64) {
 	t.Helper()
 	_, err := h.st.ApplyHeartbeat(context.Background(), berth.Heartbeat{
 		AgentID: id, Address: addr, Status: berth.AgentActive, IntakeOpen: true,
-		MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: admittable,
-		CPUTotal: 2, HeartbeatAt: time.Now(),
-	}, time.Now())
+		MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: max(4096, admittable), MemoryMiBAdmittable: admittable,
+		CPUTotal: 2, HeartbeatAt: h.clock(),
+	}, h.clock())
 	must(t, err)
 }
 
@@ -331,5 +336,66 @@ func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
 				t.Fatalf("agent told to stop the sandbox: %v, want %v", got, tc.wantDelete)
 			}
 		})
+	}
+}
+
+// TestCase_C19_SickHostQuarantined: a host whose agent accepts creates but fails every one
+// is quarantined after 3 consecutive failures (with an event) while the creates land
+// elsewhere, is let back in on probation after the back-off, and a success there lifts it
+// (PLC-9).
+func TestCase_C19_SickHostQuarantined(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	h := newHarnessWith(t, func(c *Config) {
+		c.Quarantine = berth.QuarantinePolicy{After: 3, Backoff: 30 * time.Second, MaxBackoff: time.Minute}
+		c.Clock = clock
+	})
+	sick := newFakeAgent(t, berth.EInternal)
+	healthy := newFakeAgent(t, "")
+	h.heartbeat(t, "sick", sick.srv.URL, 8192) // more room: placement prefers it
+	h.heartbeat(t, "healthy", healthy.srv.URL, 8192-1024)
+	for i := range 6 {
+		code, sb, e := h.create(t)
+		if code != http.StatusCreated || sb.AgentID != "healthy" {
+			t.Fatalf("create %d: %d %+v %+v, want 201 on healthy", i, code, sb, e)
+		}
+	}
+	if n := sick.creates.Load(); n != 3 {
+		t.Fatalf("the sick host got %d creates, want exactly 3 before its quarantine", n)
+	}
+	a, err := h.st.Agent(context.Background(), "sick")
+	must(t, err)
+	if a.CreateFailures != 3 || a.QuarantinedUntil.IsZero() {
+		t.Fatalf("sick agent: failures %d, until %v", a.CreateFailures, a.QuarantinedUntil)
+	}
+	// Probation: once the back-off passes the host is tried again; now it is healthy.
+	sick.refuse = ""
+	code, sb, _ := h.create(t)
+	if code != http.StatusCreated || sb.AgentID != "healthy" {
+		t.Fatalf("during the back-off: %d on %q, want healthy", code, sb.AgentID)
+	}
+	mu.Lock()
+	now = now.Add(31 * time.Second) // the back-off passes
+	mu.Unlock()
+	h.heartbeat(t, "sick", sick.srv.URL, 8192) // both hosts stay fresh on the advanced clock
+	h.heartbeat(t, "healthy", healthy.srv.URL, 8192-1024)
+	code, sb, _ = h.create(t)
+	if code != http.StatusCreated || sb.AgentID != "sick" {
+		t.Fatalf("after the back-off: %d on %q, want the host back on probation", code, sb.AgentID)
+	}
+	a, err = h.st.Agent(context.Background(), "sick")
+	must(t, err)
+	if a.CreateFailures != 0 || !a.QuarantinedUntil.IsZero() {
+		t.Fatalf("after a success on probation: failures %d, until %v", a.CreateFailures, a.QuarantinedUntil)
+	}
+	evs, err := h.st.Events(context.Background(), berth.EventFilter{Entity: "agent/sick"})
+	must(t, err)
+	var path []string
+	for _, e := range evs {
+		path = append(path, e.From+">"+e.To)
+	}
+	if diff := cmp.Diff([]string{">active", "active>quarantined", "quarantined>active"}, path); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 }

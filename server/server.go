@@ -51,6 +51,9 @@ type Config struct {
 	// live sandboxes lost.
 	LeaseEphemeral time.Duration
 	LeaseStateful  time.Duration
+	// Quarantine takes a host that keeps failing creates out of placement (PLC-9; default
+	// after 3 consecutive failures, for 30 s doubling to 10 min).
+	Quarantine berth.QuarantinePolicy
 	// StartingGrace is how long a sandbox may stay starting before the sweeper fails it
 	// (its replica died mid-create and its agent never listed it). Default AgentTimeout + 30 s.
 	StartingGrace time.Duration
@@ -77,6 +80,7 @@ func DefaultConfig() Config {
 		AgentTimeout:      30 * time.Second,
 		LeaseEphemeral:    90 * time.Second,
 		LeaseStateful:     10 * time.Minute,
+		Quarantine:        berth.QuarantinePolicy{After: 3, Backoff: 30 * time.Second, MaxBackoff: 10 * time.Minute},
 	}
 }
 
@@ -136,6 +140,9 @@ func New(cfg Config, st berth.Store) *Server {
 	}
 	if cfg.LeaseStateful <= 0 {
 		cfg.LeaseStateful = def.LeaseStateful
+	}
+	if cfg.Quarantine.After <= 0 {
+		cfg.Quarantine = def.Quarantine
 	}
 	if cfg.StartingGrace <= 0 {
 		cfg.StartingGrace = cfg.AgentTimeout + 30*time.Second

@@ -16,7 +16,7 @@ import (
 const agentColumns = `id, address, region, pool, preemptible, heartbeat_at, status, cpu_total, cpu_used,
 	memory_mb_total, memory_mb_used, memory_mb_committed, memory_admission, memory_mb_admittable,
 	intake_open, memory_pressure, starts_in_flight, natid_free, stream_restore_enabled, sandboxes, ended,
-	version, boot_id, measurement_errors, last_seen, drain_reason`
+	version, boot_id, measurement_errors, last_seen, drain_reason, create_failures, quarantined_until`
 
 // DefaultDrainReason is the drain reason stored when an operator drains without giving one.
 const DefaultDrainReason = "operator drain"
@@ -342,13 +342,13 @@ func scanAgent(r scanner) (berth.Agent, error) {
 	var a berth.Agent
 	var status string
 	var held, ended []byte
-	var hbAt *int64
+	var hbAt, qUntil *int64
 	var lastSeen int64
 	err := r.Scan(&a.AgentID, &a.Address, &a.Region, &a.Pool, &a.Preemptible, &hbAt, &status, &a.CPUTotal,
 		&a.CPUUsed, &a.MemoryMiBTotal, &a.MemoryMiBUsed, &a.MemoryMiBCommitted, &a.MemoryAdmission,
 		&a.MemoryMiBAdmittable, &a.IntakeOpen, &a.MemoryPressure, &a.StartsInFlight, &a.NatIDFree,
 		&a.StreamRestoreEnabled, &held, &ended, &a.Version, &a.BootID, &a.MeasurementErrors, &lastSeen,
-		&a.DrainReason)
+		&a.DrainReason, &a.CreateFailures, &qUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, err
 	}
@@ -356,7 +356,7 @@ func scanAgent(r scanner) (berth.Agent, error) {
 		return a, fmt.Errorf("postgres: scan agent: %w", err)
 	}
 	a.Status = berth.AgentStatus(status)
-	a.HeartbeatAt, a.LastSeen = fromNullMS(hbAt), fromMS(lastSeen)
+	a.HeartbeatAt, a.LastSeen, a.QuarantinedUntil = fromNullMS(hbAt), fromMS(lastSeen), fromNullMS(qUntil)
 	a.Sandboxes = []berth.HeldSandbox{}
 	if err := json.Unmarshal(held, &a.Sandboxes); err != nil {
 		return a, fmt.Errorf("postgres: agent %q sandboxes: %w", a.AgentID, err)
@@ -380,4 +380,41 @@ func listJSON[T any](v []T) (string, error) {
 		return "", fmt.Errorf("postgres: encode json: %w", err)
 	}
 	return string(b), nil
+}
+
+// RecordCreateOutcome implements berth.AgentStore (PLC-9): it counts consecutive failed
+// creates under the agent's row lock, quarantines the agent when they reach q.After (with a
+// notification to every replica), and resets on a success.
+func (s *Store) RecordCreateOutcome(ctx context.Context, id string, failed bool, q berth.QuarantinePolicy, actor string, now time.Time) (berth.Agent, error) {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var failures int
+		var until *int64
+		err := tx.QueryRow(ctx, `SELECT create_failures, quarantined_until FROM agents WHERE id = $1 FOR UPDATE`, id).
+			Scan(&failures, &until)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: create outcome of %q: %w", id, err)
+		}
+		c := q.Apply(failures, fromNullMS(until), failed, now)
+		if c.Failures == failures && c.Until.Equal(fromNullMS(until)) {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE agents SET create_failures = $2, quarantined_until = $3 WHERE id = $1`,
+			id, c.Failures, nullMS(c.Until)); err != nil {
+			return fmt.Errorf("postgres: create outcome of %q: %w", id, err)
+		}
+		if c.To == "" {
+			return nil
+		}
+		if err := insertEvent(ctx, tx, berth.Event{At: now, Entity: "agent/" + id, From: c.From, To: c.To, Reason: c.Reason, Actor: actor}); err != nil {
+			return err
+		}
+		return notifyAgent(ctx, tx, id)
+	})
+	if err != nil {
+		return berth.Agent{}, err
+	}
+	return s.Agent(ctx, id)
 }

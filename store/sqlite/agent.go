@@ -15,7 +15,7 @@ import (
 const agentColumns = `id, address, region, pool, preemptible, heartbeat_at, status, cpu_total, cpu_used,
 	memory_mb_total, memory_mb_used, memory_mb_committed, memory_admission, memory_mb_admittable,
 	intake_open, memory_pressure, starts_in_flight, natid_free, stream_restore_enabled, sandboxes, ended,
-	version, boot_id, measurement_errors, last_seen, drain_reason`
+	version, boot_id, measurement_errors, last_seen, drain_reason, create_failures, quarantined_until`
 
 // DefaultDrainReason is the drain reason stored when an operator drains without giving one.
 const DefaultDrainReason = "operator drain"
@@ -371,12 +371,12 @@ func scanAgent(r scanner) (berth.Agent, error) {
 	var a berth.Agent
 	var status, held, ended string
 	var preemptible, intake, stream int
-	var hbAt sql.NullInt64
+	var hbAt, qUntil sql.NullInt64
 	var lastSeen int64
 	err := r.Scan(&a.AgentID, &a.Address, &a.Region, &a.Pool, &preemptible, &hbAt, &status, &a.CPUTotal,
 		&a.CPUUsed, &a.MemoryMiBTotal, &a.MemoryMiBUsed, &a.MemoryMiBCommitted, &a.MemoryAdmission,
 		&a.MemoryMiBAdmittable, &intake, &a.MemoryPressure, &a.StartsInFlight, &a.NatIDFree, &stream, &held,
-		&ended, &a.Version, &a.BootID, &a.MeasurementErrors, &lastSeen, &a.DrainReason)
+		&ended, &a.Version, &a.BootID, &a.MeasurementErrors, &lastSeen, &a.DrainReason, &a.CreateFailures, &qUntil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, err
 	}
@@ -385,7 +385,7 @@ func scanAgent(r scanner) (berth.Agent, error) {
 	}
 	a.Status = berth.AgentStatus(status)
 	a.Preemptible, a.IntakeOpen, a.StreamRestoreEnabled = preemptible != 0, intake != 0, stream != 0
-	a.HeartbeatAt, a.LastSeen = fromNullMS(hbAt), fromMS(lastSeen)
+	a.HeartbeatAt, a.LastSeen, a.QuarantinedUntil = fromNullMS(hbAt), fromMS(lastSeen), fromNullMS(qUntil)
 	a.Sandboxes = []berth.HeldSandbox{}
 	if err := json.Unmarshal([]byte(held), &a.Sandboxes); err != nil {
 		return a, fmt.Errorf("sqlite: agent %q sandboxes: %w", a.AgentID, err)
@@ -405,4 +405,42 @@ func listJSON[T any](v []T) (string, error) {
 		return "[]", nil
 	}
 	return jsonText(v)
+}
+
+// RecordCreateOutcome implements berth.AgentStore (PLC-9): it counts consecutive failed
+// creates, quarantines the agent when they reach q.After, and resets on a success.
+func (s *Store) RecordCreateOutcome(ctx context.Context, id string, failed bool, q berth.QuarantinePolicy, actor string, now time.Time) (berth.Agent, error) {
+	changed := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var failures int
+		var until sql.NullInt64
+		err := tx.QueryRowContext(ctx, `SELECT create_failures, quarantined_until FROM agents WHERE id = ?`, id).
+			Scan(&failures, &until)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: create outcome of %q: %w", id, err)
+		}
+		c := q.Apply(failures, fromNullMS(until), failed, now)
+		if c.Failures == failures && c.Until.Equal(fromNullMS(until)) {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE agents SET create_failures = ?, quarantined_until = ? WHERE id = ?`,
+			c.Failures, nullMS(c.Until), id); err != nil {
+			return fmt.Errorf("sqlite: create outcome of %q: %w", id, err)
+		}
+		if c.To == "" {
+			return nil
+		}
+		changed = true
+		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "agent/" + id, From: c.From, To: c.To, Reason: c.Reason, Actor: actor})
+	})
+	if err != nil {
+		return berth.Agent{}, err
+	}
+	if changed {
+		s.watch.notify(id)
+	}
+	return s.Agent(ctx, id)
 }

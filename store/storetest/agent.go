@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -336,5 +337,51 @@ func testOvertakenHeartbeat(t *testing.T, s berth.Store) {
 	mustHeartbeat(t, s, restarted, at(5*time.Second))
 	if a, err := s.Agent(ctx, "a1"); err != nil || a.MemoryMiBAdmittable != 1024 {
 		t.Fatalf("a new boot's heartbeat was ignored: %d, %v", a.MemoryMiBAdmittable, err)
+	}
+}
+
+// testCreateOutcome: consecutive failed creates quarantine an agent with an event, a success
+// resets the count and lifts it with an event; an unknown agent is ErrNotFound (PLC-9).
+func testCreateOutcome(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	q := berth.QuarantinePolicy{After: 3, Backoff: 30 * time.Second, MaxBackoff: time.Minute}
+	var a berth.Agent
+	var err error
+	for i := range 3 {
+		if a, err = s.RecordCreateOutcome(ctx, "a1", true, q, "replica/r1", at(time.Duration(i)*time.Second)); err != nil {
+			t.Fatalf("failure %d: %v", i+1, err)
+		}
+	}
+	if a.CreateFailures != 3 || !a.QuarantinedUntil.Equal(at(2*time.Second+30*time.Second)) {
+		t.Fatalf("after 3 failures: failures %d, until %v", a.CreateFailures, a.QuarantinedUntil)
+	}
+	if got, err := s.Agent(ctx, "a1"); err != nil || got.CreateFailures != 3 || !got.QuarantinedUntil.Equal(a.QuarantinedUntil) {
+		t.Fatalf("stored agent: %+v, %v", got, err)
+	}
+	mustHeartbeat(t, s, heartbeat("a1", 2048), at(3*time.Second)) // heartbeats do not lift it
+	if got, _ := s.Agent(ctx, "a1"); got.QuarantinedUntil.IsZero() {
+		t.Fatal("a heartbeat lifted the quarantine")
+	}
+	if a, err = s.RecordCreateOutcome(ctx, "a1", false, q, "replica/r1", at(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if a.CreateFailures != 0 || !a.QuarantinedUntil.IsZero() {
+		t.Fatalf("after a success: %d, %v", a.CreateFailures, a.QuarantinedUntil)
+	}
+	evs, err := s.Events(ctx, berth.EventFilter{Entity: "agent/a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	for _, e := range evs {
+		path = append(path, e.From+">"+e.To)
+	}
+	want := []string{">active", "active>quarantined", "quarantined>active"}
+	if diff := cmp.Diff(want, path); diff != "" {
+		t.Fatalf("agent events (-want +got):\n%s", diff)
+	}
+	if _, err := s.RecordCreateOutcome(ctx, "nope", true, q, "replica/r1", T0); !errors.Is(err, berth.ErrNotFound) {
+		t.Fatalf("unknown agent: %v", err)
 	}
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"RestartLosesUnheldSandboxes", one(testRestartLosesUnheld)},
 		{"HeartbeatPromotesStarting", one(testHeartbeatPromotesStarting)},
 		{"OvertakenHeartbeat", one(testOvertakenHeartbeat)},
+		{"CreateOutcomeQuarantine", one(testCreateOutcome)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},

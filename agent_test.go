@@ -1,0 +1,35 @@
+package berth
+
+import (
+	"testing"
+	"time"
+)
+
+// TestQuarantinePolicy pins PLC-9's arithmetic: quarantine from the After-th consecutive
+// failure, doubling on probation up to the cap; a success resets.
+func TestQuarantinePolicy(t *testing.T) {
+	q := QuarantinePolicy{After: 3, Backoff: 30 * time.Second, MaxBackoff: 2 * time.Minute}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for failures, want := range map[int]time.Duration{0: 0, 2: 0, 3: 30 * time.Second, 4: time.Minute, 5: 2 * time.Minute, 50: 2 * time.Minute} {
+		got := q.Until(failures, now)
+		if (want == 0) != got.IsZero() || (want != 0 && got.Sub(now) != want) {
+			t.Errorf("Until(%d) = %v, want now+%v", failures, got, want)
+		}
+	}
+	c := q.Apply(2, time.Time{}, true, now)
+	if c.Failures != 3 || c.To != string(AgentQuarantined) || !c.Until.Equal(now.Add(30*time.Second)) {
+		t.Errorf("third failure: %+v", c)
+	}
+	if c := q.Apply(1, time.Time{}, true, now); c.Failures != 2 || c.To != "" || !c.Until.IsZero() {
+		t.Errorf("second failure: %+v", c)
+	}
+	if c := q.Apply(4, now, false, now); c.Failures != 0 || !c.Until.IsZero() || c.To != string(AgentActive) {
+		t.Errorf("success on probation: %+v", c)
+	}
+	if c := q.Apply(1, time.Time{}, false, now); c.Failures != 0 || c.To != "" {
+		t.Errorf("success with one earlier failure: %+v", c)
+	}
+	if c := (QuarantinePolicy{}).Apply(100, time.Time{}, true, now); !c.Until.IsZero() || c.To != "" {
+		t.Errorf("a zero policy never quarantines: %+v", c)
+	}
+}
