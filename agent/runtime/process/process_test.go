@@ -149,7 +149,14 @@ func TestExecTimeout(t *testing.T) {
 			if got.ExitCode != -1 || got.Stdout != "before\n" || !strings.Contains(got.Stderr, "timed out after 1s") {
 				t.Errorf("Exec = %+v, want exit -1, the output before the timeout and a note", got)
 			}
-			if pids := sandboxPids(t, r, "sb-timeout"); len(pids) != 1 {
+			// The killed group's processes vanish once the init reaps them: wait for that
+			// state (bounded), do not sample it once.
+			pids := sandboxPids(t, r, "sb-timeout")
+			for deadline := time.Now().Add(10 * time.Second); len(pids) != 1 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+				pids = sandboxPids(t, r, "sb-timeout")
+			}
+			if len(pids) != 1 {
 				t.Errorf("sandbox processes after the timeout = %v, want only the init (the process group is killed)", pids)
 			}
 		})
