@@ -198,6 +198,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// AGT-5: a stopping agent drains first and says so at once, so no replica places on it
+	// while its sandboxes stop.
+	a.Drain("agent shutting down")
+	a.sendHeartbeat(shut)
 	_ = srv.Shutdown(shut)
 	wg.Wait()
 	a.stopAll(shut)

@@ -340,3 +340,67 @@ func TestKillReplicaMidCreate(t *testing.T) {
 		return err == nil && len(rs) == 0, fmt.Sprintf("%d left", len(rs))
 	})
 }
+
+// TestAgentKilled: `kill -9` of an agent process (a real `berth agent`): no placement lands
+// there after the staleness cutoff, and its sandboxes become lost within the lease TTL, each
+// with an event, so nothing is reported running that is not (LIF-2, SPOT-5, PLC-1).
+func TestAgentKilled(t *testing.T) {
+	f := newPGFleet(t)
+	url := f.replica(t, func(c *server.Config) {
+		c.StaleAfter, c.LeaseEphemeral, c.SweepInterval = time.Second, 2*time.Second, 100*time.Millisecond
+	})
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "agent", "--server", url, "--id", "doomed-agent", "--pool", "ephemeral",
+		"--admission", "committed", "--memory-mb", "2048", "--headroom-mb", "0", "--heartbeat-interval", "100ms",
+		"--dir", dir)
+	cmd.Env = append(os.Environ(), envRunMain+"=1", "BERTH_NODE_TOKEN="+f.nodeToken)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // by the PID this test started
+		_ = cmd.Wait()
+		// A killed agent cannot remove its cgroups; a runtime on the same directory cleans
+		// up what an earlier run left, as a restarted agent would.
+		if rt, err := process.New(process.Config{Dir: dir, Logger: f.log}); err == nil {
+			_ = rt.Close()
+		}
+	})
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "the agent process to register", func() (bool, string) {
+		_, err := f.seed.Agent(ctx, "doomed-agent")
+		return err == nil, fmt.Sprint(err)
+	})
+	c := client.New(url, f.adminKey, client.WithDeadline(time.Second))
+	var ids []string
+	for range 2 {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "python"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for _, id := range ids {
+		waitFor(t, 30*time.Second, id+" lost", func() (bool, string) {
+			sb, err := f.seed.Sandbox(ctx, id)
+			return err == nil && sb.State == berth.SandboxLost, fmt.Sprint(sb.State, err)
+		})
+		evs, err := f.seed.Events(ctx, berth.EventFilter{Entity: "sandbox/" + id})
+		if err != nil || len(evs) == 0 || !strings.Contains(evs[len(evs)-1].Reason, "lease expired") {
+			t.Fatalf("events of %s: %+v, %v; want the last one to say the lease expired", id, evs, err)
+		}
+	}
+	code, e := createAt(t, url, f.adminKey, "")
+	if code != http.StatusServiceUnavailable || e.Code != berth.ENoHealthyAgents {
+		t.Fatalf("create with the only agent dead: %d %+v, want 503 no_healthy_agents", code, e)
+	}
+	running, err := c.Sandboxes(ctx, berth.SandboxRunning)
+	if err != nil || len(running) != 0 {
+		t.Fatalf("running sandboxes after the agent died: %+v, %v; want none", running, err)
+	}
+}
