@@ -67,6 +67,9 @@ type SandboxStore interface {
 	SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (Sandbox, error)
 	// Sandboxes lists sandboxes matching f, newest first.
 	Sandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// EndedSandboxes returns the ids among ids whose sandbox is terminal, or that the store
+	// does not know: an agent that holds one of them should stop it (AGT-6).
+	EndedSandboxes(ctx context.Context, ids []string) ([]string, error)
 	// TransitionSandbox moves sandbox id to state to with an event, only if its current state
 	// is one of from (any non-terminal state when from is empty). It reports whether the
 	// transition happened. Entering a terminal state also releases the sandbox's reservations

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -152,7 +153,41 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if a, err := s.store.Agent(r.Context(), hb.AgentID); err == nil {
 		s.sched.observe(a)
 	}
+	s.stopEnded(hb)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// stopEnded tells an agent to stop the sandboxes it still runs that the store has ended or
+// never knew (AGT-6): lost while the agent was cut off, or orphans of a dead replica. It runs
+// in the background, one round per agent at a time, so a heartbeat is never slowed by it.
+func (s *Server) stopEnded(hb berth.Heartbeat) {
+	var held []string
+	for _, h := range hb.Sandboxes {
+		if !h.Starting {
+			held = append(held, h.ID)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	if _, busy := s.stopping.LoadOrStore(hb.AgentID, true); busy {
+		return
+	}
+	go func() {
+		defer s.stopping.Delete(hb.AgentID)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ended, err := s.store.EndedSandboxes(ctx, held)
+		if err != nil {
+			return
+		}
+		for _, id := range ended {
+			s.log.Warn("stopping a sandbox the store has ended (AGT-6)", "sandbox", id, "agent", hb.AgentID)
+			if err := s.agents.delete(ctx, hb.Address, id); err != nil {
+				s.log.Warn("could not stop it; the next heartbeat retries", "sandbox", id, "agent", hb.AgentID, "err", err)
+			}
+		}
+	}()
 }
 
 func validateHeartbeat(hb berth.Heartbeat) error {

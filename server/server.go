@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -93,6 +94,7 @@ type Server struct {
 	auth      *authenticator
 	templates *templateCache
 	metrics   *metrics
+	stopping  sync.Map // agent id → a stopEnded round in flight
 	log       *slog.Logger
 }
 

@@ -158,3 +158,35 @@ func TestAPI4_ReplayOnAFullFleet(t *testing.T) {
 		t.Fatalf("a new create on the full fleet: %v, want capacity unavailable", err)
 	}
 }
+
+// TestAGT6_AgentStopsWhatTheStoreEnded: a sandbox the store has ended while its agent still
+// runs it (lost during a partition, say) is stopped on the host by the agent's next
+// heartbeat round, so nothing runs that the store does not account for.
+func TestAGT6_AgentStopsWhatTheStoreEnded(t *testing.T) {
+	st := bootDev(t, nil)
+	ctx := context.Background()
+	c := adminClient(st)
+	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to list the sandbox", func() (bool, string) {
+		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
+			if h.ID == sb.ID && !h.Starting {
+				return true, ""
+			}
+		}
+		return false, "not listed"
+	})
+	if _, err := st.Store.TransitionSandbox(ctx, sb.ID, nil, berth.SandboxLost, "lease expired (test)", "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to stop the ended sandbox", func() (bool, string) {
+		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
+			if h.ID == sb.ID {
+				return false, "still held"
+			}
+		}
+		return true, ""
+	})
+}

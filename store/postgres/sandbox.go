@@ -238,3 +238,33 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 	}
 	return sb, nil
 }
+
+// EndedSandboxes implements berth.SandboxStore (AGT-6): the ids that are terminal or unknown.
+func (s *Store) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, state FROM sandboxes WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: ended sandboxes: %w", err)
+	}
+	defer rows.Close()
+	live := make(map[string]bool, len(ids))
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return nil, fmt.Errorf("postgres: ended sandboxes: %w", err)
+		}
+		live[id] = !berth.SandboxState(state).Terminal()
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: ended sandboxes: %w", err)
+	}
+	var ended []string
+	for _, id := range ids {
+		if !live[id] {
+			ended = append(ended, id)
+		}
+	}
+	return ended, nil
+}

@@ -281,3 +281,38 @@ func (s *Store) Templates(ctx context.Context) ([]berth.Template, error) {
 	}
 	return out, nil
 }
+
+// EndedSandboxes implements berth.SandboxStore (AGT-6): the ids that are terminal or unknown.
+func (s *Store) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
+	live := make(map[string]bool, len(ids))
+	for start := 0; start < len(ids); start += 500 {
+		chunk := ids[start:min(start+500, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.db.QueryContext(ctx, `SELECT id, state FROM sandboxes WHERE id IN (`+placeholders(len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: ended sandboxes: %w", err)
+		}
+		for rows.Next() {
+			var id, state string
+			if err := rows.Scan(&id, &state); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlite: ended sandboxes: %w", err)
+			}
+			live[id] = !berth.SandboxState(state).Terminal()
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("sqlite: ended sandboxes: %w", err)
+		}
+	}
+	var ended []string
+	for _, id := range ids {
+		if !live[id] {
+			ended = append(ended, id)
+		}
+	}
+	return ended, nil
+}

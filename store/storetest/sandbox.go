@@ -341,3 +341,23 @@ func testOrderingIsBytewise(t *testing.T, s berth.Store) {
 		}
 	}
 }
+
+// testEndedSandboxes: among the ids an agent holds, the terminal and the unknown ones are
+// what it should stop (AGT-6); live ones are not.
+func testEndedSandboxes(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, sandbox("live", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("starting", "acme", "a1", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("gone", "acme", "a1", berth.SandboxRunning), T0)
+	mustTransition(t, s, "gone", berth.SandboxLost, "lease expired", at(time.Second))
+	got, err := s.EndedSandboxes(ctx, []string{"live", "gone", "starting", "never-heard-of"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"gone", "never-heard-of"}, got); diff != "" {
+		t.Fatalf("EndedSandboxes (-want +got):\n%s", diff)
+	}
+	if got, err := s.EndedSandboxes(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("EndedSandboxes(nil) = %v, %v", got, err)
+	}
+}

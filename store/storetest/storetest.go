@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"HeartbeatPromotesStarting", one(testHeartbeatPromotesStarting)},
 		{"OvertakenHeartbeat", one(testOvertakenHeartbeat)},
 		{"CreateOutcomeQuarantine", one(testCreateOutcome)},
+		{"EndedSandboxes", one(testEndedSandboxes)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
