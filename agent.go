@@ -149,3 +149,23 @@ func (q QuarantinePolicy) Apply(failures int, until time.Time, failed bool, now 
 	return QuarantineChange{Failures: failures, Until: next, From: string(AgentActive), To: string(AgentQuarantined),
 		Reason: fmt.Sprintf("%d consecutive creates failed; on probation from %s", failures, next.UTC().Format(time.RFC3339))}
 }
+
+// DrainStatus answers GET /v1/agents/{id}/drain (AGT-5, C11, C12). A drain is complete only
+// when every sandbox on the host is terminal; past its deadline, Remaining names what blocks
+// it and Blocked is true, so a drain never hangs silently.
+type DrainStatus struct {
+	AgentID   string        `json:"agent_id"`
+	Draining  bool          `json:"draining"`
+	Reason    string        `json:"reason,omitempty"`
+	Since     time.Time     `json:"since,omitzero"`
+	Deadline  time.Time     `json:"deadline,omitzero"`
+	Complete  bool          `json:"complete"`
+	Blocked   bool          `json:"blocked"`
+	Remaining []DrainRemain `json:"remaining"`
+}
+
+// DrainRemain is one sandbox a drain still waits for.
+type DrainRemain struct {
+	ID    string       `json:"id"`
+	State SandboxState `json:"state"`
+}

@@ -42,6 +42,14 @@ func (c *Client) DrainAgent(ctx context.Context, id, reason string) error {
 	return c.call(ctx, r, nil)
 }
 
+// DrainStatus reports whether an agent's drain is complete and, past its deadline, what
+// blocks it (GET /v1/agents/{id}/drain; admin key; retried like every GET).
+func (c *Client) DrainStatus(ctx context.Context, id string) (berth.DrainStatus, error) {
+	var st berth.DrainStatus
+	err := c.call(ctx, request{method: http.MethodGet, path: agentPath(id) + "/drain", idempotent: true}, &st)
+	return st, err
+}
+
 // UndrainAgent reverses DrainAgent (POST /v1/agents/{id}/undrain with {}, 200; admin key).
 // It is sent once, not retried.
 func (c *Client) UndrainAgent(ctx context.Context, id string) error {

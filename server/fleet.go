@@ -334,3 +334,46 @@ func NewKeySecret() string {
 	_, _ = rand.Read(b)
 	return "bk_" + base64.RawURLEncoding.EncodeToString(b)
 }
+
+// drainStatus is GET /v1/agents/{id}/drain (admin): whether the host's drain is complete —
+// only when every sandbox there is terminal (C11) — and, past the drain's deadline
+// (Config.DrainDeadline after it began), which sandboxes block it (C12).
+func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal) error {
+	id := r.PathValue("id")
+	a, err := s.store.Agent(r.Context(), id)
+	if errors.Is(err, berth.ErrNotFound) {
+		return berth.Errorf(berth.ENotFound, "no agent %q", id)
+	}
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "read agent: %v", err)
+	}
+	st := berth.DrainStatus{AgentID: id, Draining: a.Status == berth.AgentDraining || a.DrainReason != "",
+		Reason: a.DrainReason, Remaining: []berth.DrainRemain{}}
+	sbs, err := s.store.Sandboxes(r.Context(), berth.SandboxFilter{AgentID: id, Limit: 100000})
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "list sandboxes: %v", err)
+	}
+	for _, sb := range sbs {
+		if !sb.State.Terminal() {
+			st.Remaining = append(st.Remaining, berth.DrainRemain{ID: sb.ID, State: sb.State})
+		}
+	}
+	if st.Draining {
+		evs, err := s.store.Events(r.Context(), berth.EventFilter{Entity: "agent/" + id, Limit: 1000})
+		if err != nil {
+			return berth.Errorf(berth.EUnavailable, "read agent events: %v", err)
+		}
+		for _, e := range evs {
+			if e.To == string(berth.AgentDraining) && e.From != string(berth.AgentDraining) {
+				st.Since = e.At // the latest start of the drain in force
+			}
+		}
+		if !st.Since.IsZero() {
+			st.Deadline = st.Since.Add(s.cfg.DrainDeadline)
+		}
+		st.Complete = len(st.Remaining) == 0
+		st.Blocked = !st.Complete && !st.Deadline.IsZero() && !s.cfg.Clock().Before(st.Deadline)
+	}
+	httpjson.WriteJSON(w, http.StatusOK, st)
+	return nil
+}

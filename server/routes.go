@@ -44,6 +44,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/agents", admin(s.listAgents))
 	mux.HandleFunc("POST /v1/agents/{id}/drain", admin(s.drainAgent))
 	mux.HandleFunc("POST /v1/agents/{id}/undrain", admin(s.undrainAgent))
+	mux.HandleFunc("GET /v1/agents/{id}/drain", admin(s.drainStatus))
 	mux.HandleFunc("POST /v1/agents/heartbeat", s.heartbeat)
 	mux.HandleFunc("GET /v1/events", tenant(s.listEvents))
 	mux.HandleFunc("GET /v1/reservations", admin(s.listReservations))

@@ -52,6 +52,9 @@ type Config struct {
 	// live sandboxes lost.
 	LeaseEphemeral time.Duration
 	LeaseStateful  time.Duration
+	// DrainDeadline is how long a drain may wait for the host's sandboxes to end before its
+	// status reports them as blockers (AGT-5, C12; default 10 min).
+	DrainDeadline time.Duration
 	// Quarantine takes a host that keeps failing creates out of placement (PLC-9; default
 	// after 3 consecutive failures, for 30 s doubling to 10 min).
 	Quarantine berth.QuarantinePolicy
@@ -81,6 +84,7 @@ func DefaultConfig() Config {
 		AgentTimeout:      30 * time.Second,
 		LeaseEphemeral:    90 * time.Second,
 		LeaseStateful:     10 * time.Minute,
+		DrainDeadline:     10 * time.Minute,
 		Quarantine:        berth.QuarantinePolicy{After: 3, Backoff: 30 * time.Second, MaxBackoff: 10 * time.Minute},
 	}
 }
@@ -142,6 +146,9 @@ func New(cfg Config, st berth.Store) *Server {
 	}
 	if cfg.LeaseStateful <= 0 {
 		cfg.LeaseStateful = def.LeaseStateful
+	}
+	if cfg.DrainDeadline <= 0 {
+		cfg.DrainDeadline = def.DrainDeadline
 	}
 	if cfg.Quarantine.After <= 0 {
 		cfg.Quarantine = def.Quarantine

@@ -251,7 +251,21 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(list, drain, undrain)
+	status := &cobra.Command{
+		Use: "drain-status ID", Short: "Is the agent's drain complete, and what blocks it past its deadline (C11, C12)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			st, err := c.DrainStatus(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), st)
+		},
+	}
+	cmd.AddCommand(list, drain, undrain, status)
 	return cmd
 }
 

@@ -32,6 +32,7 @@ type devConfig struct {
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration
 	ReservationTTL    time.Duration
+	DrainDeadline     time.Duration
 	Isolate           string
 	Logger            *slog.Logger
 }
@@ -150,6 +151,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.StaleAfter = cfg.StaleAfter
 	scfg.HeartbeatInterval = cfg.HeartbeatInterval
 	scfg.ReservationTTL = cfg.ReservationTTL
+	scfg.DrainDeadline = cfg.DrainDeadline
 	scfg.Logger = cfg.Logger
 	srv := server.New(scfg, st)
 	ln, err := net.Listen("tcp", cfg.Listen)

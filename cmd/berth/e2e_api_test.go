@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -189,4 +190,41 @@ func TestAGT6_AgentStopsWhatTheStoreEnded(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestCase_C11_C12_DrainCompletion: a drain is complete only when every sandbox on the host
+// is terminal (C11); past its deadline the status names what blocks it instead of waiting
+// forever (C12).
+func TestCase_C11_C12_DrainCompletion(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.DrainDeadline = 500 * time.Millisecond })
+	ctx := context.Background()
+	c := adminClient(st)
+	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DrainAgent(ctx, "dev-agent-1", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := c.DrainStatus(ctx, "dev-agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ds.Draining || ds.Complete || len(ds.Remaining) != 1 || ds.Remaining[0].ID != sb.ID || ds.Deadline.IsZero() {
+		t.Fatalf("drain with a sandbox still running: %+v, want not complete with it remaining", ds)
+	}
+	waitFor(t, 10*time.Second, "the drain to report its blocker past the deadline", func() (bool, string) {
+		ds, err := c.DrainStatus(ctx, "dev-agent-1")
+		return err == nil && ds.Blocked && !ds.Complete && len(ds.Remaining) == 1, fmt.Sprintf("%+v %v", ds, err)
+	})
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	ds, err = c.DrainStatus(ctx, "dev-agent-1")
+	if err != nil || !ds.Complete || ds.Blocked || len(ds.Remaining) != 0 {
+		t.Fatalf("after the last sandbox stopped: %+v, %v; want complete", ds, err)
+	}
+	if _, err := c.DrainStatus(ctx, "nope"); berth.ErrorCode(err) != berth.ENotFound {
+		t.Fatalf("unknown agent: %v", err)
+	}
 }
