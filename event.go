@@ -16,9 +16,12 @@ type Event struct {
 }
 
 // EventFilter selects events: every set field must match. Entity matches exactly, or as a
-// prefix when it ends in "/" (e.g. "sandbox/"). Limit 0 means the store's default.
+// prefix when it ends in "/" (e.g. "sandbox/"). Since is inclusive, Until exclusive; To
+// selects transitions into one state (e.g. "lost"). Limit 0 means the store's default.
 type EventFilter struct {
 	Entity string
 	Since  time.Time
+	Until  time.Time
+	To     string
 	Limit  int
 }

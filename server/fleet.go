@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -224,6 +225,30 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 			return berth.Errorf(berth.EInvalidRequest, "since must be an RFC 3339 time")
 		}
 		f.Since = t
+	}
+	if v := q.Get("until"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return berth.Errorf(berth.EInvalidRequest, "until must be an RFC 3339 time")
+		}
+		f.Until = t
+	}
+	if v := q.Get("type"); v != "" {
+		// The kind of entity: sandbox, agent or reservation (LIF-3).
+		if v != "sandbox" && v != "agent" && v != "reservation" {
+			return berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent or reservation")
+		}
+		if f.Entity == "" {
+			f.Entity = v + "/"
+		} else if !strings.HasPrefix(f.Entity, v+"/") {
+			return berth.Errorf(berth.EInvalidRequest, "entity %q is not of type %s", f.Entity, v)
+		}
+	}
+	if v := q.Get("to"); v != "" {
+		if len(v) > 64 {
+			return berth.Errorf(berth.EInvalidRequest, "to is longer than 64 bytes")
+		}
+		f.To = v
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -32,6 +32,12 @@ func (s *Store) Events(ctx context.Context, f berth.EventFilter) ([]berth.Event,
 	if !f.Since.IsZero() {
 		where = append(where, "at >= "+arg(ms(f.Since)))
 	}
+	if !f.Until.IsZero() {
+		where = append(where, "at < "+arg(ms(f.Until)))
+	}
+	if f.To != "" {
+		where = append(where, "to_state = "+arg(f.To))
+	}
 	q := `SELECT id, at, entity, from_state, to_state, reason, actor FROM events`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")

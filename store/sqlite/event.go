@@ -29,6 +29,12 @@ func (s *Store) Events(ctx context.Context, f berth.EventFilter) ([]berth.Event,
 	if !f.Since.IsZero() {
 		where, args = append(where, "at >= ?"), append(args, ms(f.Since))
 	}
+	if !f.Until.IsZero() {
+		where, args = append(where, "at < ?"), append(args, ms(f.Until))
+	}
+	if f.To != "" {
+		where, args = append(where, "to_state = ?"), append(args, f.To)
+	}
 	q := `SELECT id, at, entity, from_state, to_state, reason, actor FROM events`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")

@@ -109,3 +109,18 @@ func testAPIKeys(t *testing.T, s berth.Store) {
 		t.Errorf("PutAPIKey with another key's hash: err = nil, want an error")
 	}
 }
+
+// testEventsUntilAndTo: Until is exclusive and To selects transitions into one state.
+func testEventsUntilAndTo(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, sandbox("sb-1", "acme", "a1", berth.SandboxRunning), T0)
+	mustTransition(t, s, "sb-1", berth.SandboxLost, "lease expired", at(2*time.Second))
+	got, err := s.Events(ctx, berth.EventFilter{Entity: "sandbox/", Until: at(2 * time.Second)})
+	if err != nil || len(got) != 1 || got[0].To != "running" {
+		t.Fatalf("Until: %+v, %v; want only the create", got, err)
+	}
+	got, err = s.Events(ctx, berth.EventFilter{To: "lost"})
+	if err != nil || len(got) != 1 || got[0].Entity != "sandbox/sb-1" {
+		t.Fatalf("To lost: %+v, %v", got, err)
+	}
+}

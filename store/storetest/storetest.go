@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"OvertakenHeartbeat", one(testOvertakenHeartbeat)},
 		{"CreateOutcomeQuarantine", one(testCreateOutcome)},
 		{"EndedSandboxes", one(testEndedSandboxes)},
+		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
