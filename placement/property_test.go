@@ -248,3 +248,33 @@ func TestEq(t *testing.T) {
 		}
 	})
 }
+
+// TestPOOL2_StatefulNeverOnEphemeralOrPreemptible: over random fleets and requests, a stateful
+// or volume request is placed only on a non-preemptible host of the stateful pool (a host
+// reporting no pool counts as stateful), and a volume request only on its volume's host
+// (POOL-1…3).
+func TestPOOL2_StatefulNeverOnEphemeralOrPreemptible(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		hosts := rapid.SliceOfN(hostGen, 0, 24).Draw(t, "hosts")
+		req := Request{
+			MemoryMiB:  rapid.SampledFrom([]int64{256, 512, 2048}).Draw(t, "memory"),
+			Stateful:   rapid.Bool().Draw(t, "stateful"),
+			Pool:       rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool"),
+			VolumeHost: rapid.SampledFrom([]string{"", "vol", "a"}).Draw(t, "volume"),
+		}
+		if !req.Stateful && req.VolumeHost == "" {
+			req.Stateful = true // this property is about stateful and volume work
+		}
+		d := Pick(hosts, req, now, Options{}, rapid.Uint64().Draw(t, "seed"))
+		if d.Index < 0 {
+			return
+		}
+		h := hosts[d.Index]
+		if h.Preemptible || (h.Pool != "" && h.Pool != berth.PoolStateful) {
+			t.Fatalf("%+v placed on host %+v (pool %q, preemptible %v)", req, h, h.Pool, h.Preemptible)
+		}
+		if req.VolumeHost != "" && h.ID != req.VolumeHost {
+			t.Fatalf("volume of %s placed on %s", req.VolumeHost, h.ID)
+		}
+	})
+}
