@@ -135,3 +135,9 @@ type Store interface {
 type AgentWatcher interface {
 	WatchAgents(ctx context.Context, fn func(agentID string)) error
 }
+
+// EventLogger is implemented by stores that hand every event they commit to fn, after the
+// commit and never for a rolled-back transaction (LIF-3: events are also logged as JSON).
+type EventLogger interface {
+	LogEvents(fn func(Event))
+}

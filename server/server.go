@@ -165,6 +165,13 @@ func New(cfg Config, st berth.Store) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if el, ok := st.(berth.EventLogger); ok {
+		// LIF-3: every committed event is also a structured log line.
+		log := cfg.Logger
+		el.LogEvents(func(e berth.Event) {
+			log.Info("event", "at", e.At, "entity", e.Entity, "from", e.From, "to", e.To, "reason", e.Reason, "actor", e.Actor)
+		})
+	}
 	m := newMetrics(cfg.Registry, st)
 	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
 	return &Server{

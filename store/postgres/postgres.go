@@ -25,6 +25,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store/internal/evlog"
 )
 
 //go:embed migrations/*.sql
@@ -48,9 +49,13 @@ const (
 // Store is the PostgreSQL implementation of berth.Store and berth.AgentWatcher. It is safe for
 // concurrent use, and any number of Stores (replicas) may share one database.
 type Store struct {
-	pool *pgxpool.Pool
-	conn *pgx.ConnConfig // for the dedicated connections of migrations and WatchAgents
+	pool   *pgxpool.Pool
+	conn   *pgx.ConnConfig // for the dedicated connections of migrations and WatchAgents
+	events evlog.Hook      // LogEvents
 }
+
+// LogEvents implements berth.EventLogger: fn sees every event after its commit.
+func (s *Store) LogEvents(fn func(berth.Event)) { s.events.Set(fn) }
 
 var (
 	_ berth.Store        = (*Store)(nil)
@@ -156,13 +161,17 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", err)
 	}
+	done := s.events.Begin(tx) // per attempt: a retried transaction logs once
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(ctx)
+		done(false)
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		done(false)
 		return fmt.Errorf("postgres: commit: %w", err)
 	}
+	done(true)
 	return nil
 }
 
@@ -174,6 +183,7 @@ func insertEvent(ctx context.Context, tx pgx.Tx, e berth.Event) error {
 	if err != nil {
 		return fmt.Errorf("postgres: event %s: %w", e.Entity, err)
 	}
+	evlog.Add(tx, e)
 	return nil
 }
 

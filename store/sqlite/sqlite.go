@@ -22,6 +22,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store/internal/evlog"
 )
 
 //go:embed migrations/*.sql
@@ -35,9 +36,13 @@ const busyTimeoutMS = 5000
 // transactions begin IMMEDIATE so concurrent writers queue on the database lock instead of
 // failing when they upgrade from read to write.
 type Store struct {
-	db    *sql.DB
-	watch watchers // WatchAgents subscribers
+	db     *sql.DB
+	watch  watchers   // WatchAgents subscribers
+	events evlog.Hook // LogEvents
 }
+
+// LogEvents implements berth.EventLogger: fn sees every event after its commit.
+func (s *Store) LogEvents(fn func(berth.Event)) { s.events.Set(fn) }
 
 var _ berth.Store = (*Store)(nil)
 
@@ -113,13 +118,17 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: begin: %w", err)
 	}
+	done := s.events.Begin(tx)
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
+		done(false)
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		done(false)
 		return fmt.Errorf("sqlite: commit: %w", err)
 	}
+	done(true)
 	return nil
 }
 
@@ -131,6 +140,7 @@ func insertEvent(ctx context.Context, tx *sql.Tx, e berth.Event) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: event %s: %w", e.Entity, err)
 	}
+	evlog.Add(tx, e)
 	return nil
 }
 

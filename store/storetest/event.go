@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -122,5 +123,39 @@ func testEventsUntilAndTo(t *testing.T, s berth.Store) {
 	got, err = s.Events(ctx, berth.EventFilter{To: "lost"})
 	if err != nil || len(got) != 1 || got[0].Entity != "sandbox/sb-1" {
 		t.Fatalf("To lost: %+v, %v", got, err)
+	}
+}
+
+// testLogEvents: a store that logs events (berth.EventLogger) hands over exactly what it
+// committed, after the commit; a write that changes nothing logs nothing (LIF-3).
+func testLogEvents(t *testing.T, s berth.Store) {
+	el, ok := s.(berth.EventLogger)
+	if !ok {
+		t.Skip("this store does not log events")
+	}
+	var mu sync.Mutex
+	var logged []berth.Event
+	el.LogEvents(func(e berth.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, e)
+	})
+	defer el.LogEvents(nil)
+	mustCreate(t, s, sandbox("sb-1", "acme", "a1", berth.SandboxRunning), T0)
+	mustTransition(t, s, "sb-1", berth.SandboxStopped, "deleted", at(time.Second))
+	dup := sandbox("sb-2", "acme", "a1", berth.SandboxRunning)
+	if err := s.CreateSandbox(t.Context(), dup, "test", T0); err != nil {
+		t.Fatal(err)
+	}
+	dup.ID = "sb-1" // a second insert of an existing id fails and is rolled back
+	_ = s.CreateSandbox(t.Context(), dup, "test", T0)
+	stored, err := s.Events(t.Context(), berth.EventFilter{Entity: "sandbox/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(stored, logged, eventOpts); diff != "" {
+		t.Fatalf("logged events differ from the stored ones (-stored +logged):\n%s", diff)
 	}
 }

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"CreateOutcomeQuarantine", one(testCreateOutcome)},
 		{"EndedSandboxes", one(testEndedSandboxes)},
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
+		{"LogEvents", one(testLogEvents)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
