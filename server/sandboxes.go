@@ -135,6 +135,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 			outcome = berth.ErrorCode(err)
 			return err
 		}
+		if r.Context().Err() != nil && idem == "" {
+			// The client left before the answer and no Idempotency-Key can find this
+			// sandbox again: stop it rather than let it run unowned until its TTL.
+			s.discard(r.Context(), placed, "the client went away before the answer and holds no Idempotency-Key")
+			outcome = "client_gone"
+			return berth.Errorf(berth.EUnavailable, "create abandoned: the client went away")
+		}
 		outcome = "created"
 		if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
 			if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
@@ -144,6 +151,20 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)
 		httpjson.WriteJSON(w, http.StatusCreated, placed)
 		return nil
+	}
+}
+
+// discard stops a sandbox nobody can own and records why, on a context of its own.
+func (s *Server) discard(ctx context.Context, sb berth.Sandbox, reason string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if addr, err := s.agentAddress(cctx, sb.AgentID); err == nil {
+		if err := s.agents.delete(cctx, addr, sb.ID); err != nil {
+			s.log.Warn("could not stop a discarded sandbox; its TTL will", "sandbox", sb.ID, "err", err)
+		}
+	}
+	if _, err := s.store.TransitionSandbox(cctx, sb.ID, nil, berth.SandboxStopped, reason, "server/"+s.cfg.ReplicaID, s.cfg.Clock()); err != nil {
+		s.log.Warn("could not record a discarded sandbox", "sandbox", sb.ID, "err", err)
 	}
 }
 

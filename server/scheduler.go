@@ -241,18 +241,22 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			}
 			return sb, berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
 		}
-		err = s.agents.create(ctx, addr, berth.AgentCreate{
+		// The start is not tied to the client's patience: once sent it completes (bounded
+		// by AgentTimeout), and a sandbox whose client left is then discarded or kept for
+		// its Idempotency-Key, instead of being torn mid-start.
+		err = s.agents.create(context.WithoutCancel(ctx), addr, berth.AgentCreate{
 			ID: sb.ID, Template: sb.Template, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
 			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt,
 		})
 		if err == nil {
 			s.recordOutcome(ctx, host, false, actor)
-			ok, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
+			// Recorded whatever the client does meanwhile: the agent runs it now.
+			ok, err := s.store.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, []berth.SandboxState{berth.SandboxStarting},
 				berth.SandboxRunning, "agent started it", actor, s.cfg.Clock())
 			if err == nil && !ok {
 				// Something else moved it first (its agent's heartbeat already promoted it,
 				// or it ended): report what the store holds.
-				if cur, err := s.store.Sandbox(ctx, sb.ID); err == nil {
+				if cur, err := s.store.Sandbox(context.WithoutCancel(ctx), sb.ID); err == nil {
 					return cur, nil
 				}
 			}

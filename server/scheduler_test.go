@@ -291,12 +291,15 @@ func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
 		refuse      string
 		delay       time.Duration
 		clientLimit time.Duration
-		wantDelete  bool // the agent's side is unknown: it is told to stop the sandbox
+		wantDelete  bool               // the agent's side is unknown: it is told to stop the sandbox
+		wantState   berth.SandboxState // how the attempt ends; failed when empty
 	}{
 		{name: "runtime error", refuse: berth.EInternal, wantDelete: true},
 		{name: "agent refuses", refuse: berth.EHostStartsSaturated},
 		{name: "agent times out", delay: 3 * time.Second, wantDelete: true},
-		{name: "client gone", delay: 3 * time.Second, clientLimit: 200 * time.Millisecond, wantDelete: true},
+		{name: "client gone, agent times out", delay: 3 * time.Second, clientLimit: 200 * time.Millisecond, wantDelete: true},
+		{name: "client gone, start completes", delay: 400 * time.Millisecond, clientLimit: 100 * time.Millisecond,
+			wantDelete: true, wantState: berth.SandboxStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarnessWith(t, func(c *Config) { c.AgentTimeout = time.Second })
@@ -323,12 +326,16 @@ func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
 				must(t, err)
 				sbs, err := h.st.Sandboxes(context.Background(), berth.SandboxFilter{})
 				must(t, err)
-				settled := len(sbs) == 1 && sbs[0].State == berth.SandboxFailed
+				want := tc.wantState
+				if want == "" {
+					want = berth.SandboxFailed
+				}
+				settled := len(sbs) == 1 && sbs[0].State == want
 				if len(rs) == 0 && settled {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("after the failed create: reservations %+v, sandboxes %+v; want none and one failed", rs, sbs)
+					t.Fatalf("after the failed create: reservations %+v, sandboxes %+v; want none and one %s", rs, sbs, want)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
