@@ -268,20 +268,17 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			return sb, nil
 		}
 		code := berth.ErrorCode(err)
-		reason := fmt.Sprintf("agent/%s refused: %v", host, err)
-		if ctx.Err() != nil {
-			reason = fmt.Sprintf("the client went away before agent/%s answered", host)
-		}
-		// Only a lost answer (transport failure, timeout, client gone) leaves the agent's
-		// side unknown; an explicit refusal means it holds nothing.
-		s.abandon(ctx, sb, addr, code == berth.EUnavailable || code == berth.EInternal || ctx.Err() != nil, release, reason, actor)
-		if ctx.Err() != nil {
-			return sb, berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
-		}
-		if code == berth.EInternal || code == berth.EUnavailable {
-			// It accepted the create and failed it (runtime error, timeout, unreachable):
-			// count it toward quarantine. A refusal (full, saturated) is not a sick host.
+		// An explicit refusal (full, saturated) means the agent holds nothing; a failure
+		// (runtime error, timeout, unreachable) leaves its side unknown, so it is told to
+		// stop the sandbox, and it counts toward quarantine (PLC-9): the host accepted the
+		// create and did not deliver.
+		failed := code == berth.EInternal || code == berth.EUnavailable
+		s.abandon(ctx, sb, addr, failed, release, fmt.Sprintf("agent/%s: %v", host, err), actor)
+		if failed {
 			s.recordOutcome(ctx, host, true, actor)
+		}
+		if ctx.Err() != nil {
+			return sb, berth.Errorf(berth.EUnavailable, "create cancelled: the client went away")
 		}
 		lastAgentErr = err
 		excluded[host] = code
