@@ -8,7 +8,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -34,20 +33,13 @@ func HashKey(secret string) string {
 type authenticator struct {
 	store     berth.TenantStore
 	nodeToken []byte
-
-	mu    sync.Mutex
-	cache map[string]cachedKey
-}
-
-type cachedKey struct {
-	p   principal
-	exp time.Time
+	cache     ttlCache[principal]
 }
 
 const keyCacheTTL = 10 * time.Second
 
 func newAuthenticator(st berth.TenantStore, nodeToken string) *authenticator {
-	return &authenticator{store: st, nodeToken: []byte(nodeToken), cache: map[string]cachedKey{}}
+	return &authenticator{store: st, nodeToken: []byte(nodeToken), cache: ttlCache[principal]{ttl: keyCacheTTL, max: 10000}}
 }
 
 func bearer(r *http.Request) string {
@@ -65,12 +57,8 @@ func (a *authenticator) key(ctx context.Context, r *http.Request) (principal, er
 		return principal{}, berth.Errorf(berth.EUnauthorized, "missing API key: send Authorization: Bearer <key>")
 	}
 	h := HashKey(secret)
-	now := time.Now()
-	a.mu.Lock()
-	c, ok := a.cache[h]
-	a.mu.Unlock()
-	if ok && now.Before(c.exp) {
-		return c.p, nil
+	if p, ok := a.cache.get(h, time.Now()); ok {
+		return p, nil
 	}
 	k, err := a.store.APIKeyByHash(ctx, h)
 	if errors.Is(err, berth.ErrNotFound) {
@@ -80,12 +68,7 @@ func (a *authenticator) key(ctx context.Context, r *http.Request) (principal, er
 		return principal{}, berth.Errorf(berth.EUnavailable, "key lookup failed: %v", err)
 	}
 	p := principal{Tenant: k.Tenant, Role: k.Role}
-	a.mu.Lock()
-	if len(a.cache) > 10000 {
-		clear(a.cache)
-	}
-	a.cache[h] = cachedKey{p, now.Add(keyCacheTTL)}
-	a.mu.Unlock()
+	a.cache.put(h, p, time.Now())
 	return p, nil
 }
 

@@ -406,3 +406,27 @@ func TestCase_C19_SickHostQuarantined(t *testing.T) {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 }
+
+func TestTTLCache(t *testing.T) {
+	c := ttlCache[int]{ttl: time.Second, max: 2}
+	t0 := time.Now()
+	if _, ok := c.get("a", t0); ok {
+		t.Fatal("empty cache hit")
+	}
+	c.put("a", 1, t0)
+	if v, ok := c.get("a", t0.Add(999*time.Millisecond)); !ok || v != 1 {
+		t.Fatalf("fresh entry: %v, %v", v, ok)
+	}
+	if _, ok := c.get("a", t0.Add(time.Second)); ok {
+		t.Fatal("expired entry served")
+	}
+	c.put("b", 2, t0)
+	c.put("c", 3, t0) // full: starts over
+	if _, ok := c.get("a", t0); ok {
+		t.Fatal("the cache grew past its bound")
+	}
+	c.forget("c")
+	if _, ok := c.get("c", t0); ok {
+		t.Fatal("forgotten entry served")
+	}
+}

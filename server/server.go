@@ -180,7 +180,7 @@ func New(cfg Config, st berth.Store) *Server {
 		sched:     newScheduler(st, cfg, ac, m),
 		agents:    ac,
 		auth:      newAuthenticator(st, cfg.NodeToken),
-		templates: &templateCache{store: st, ttl: 5 * time.Second, clock: cfg.Clock},
+		templates: newTemplateCache(st, cfg.Clock),
 		metrics:   m,
 		log:       cfg.Logger,
 	}
