@@ -77,6 +77,16 @@ type SandboxStore interface {
 	TransitionSandbox(ctx context.Context, id string, from []SandboxState, to SandboxState, reason, actor string, now time.Time) (bool, error)
 }
 
+// VolumeStore keeps the host pins of volumes (POOL-2).
+type VolumeStore interface {
+	// PinVolume records v (tenant, name → agent) unless the tenant already has a volume of
+	// that name, with the event "" → "pinned"; it returns the volume as stored, so a caller
+	// that lost a race learns the host that won.
+	PinVolume(ctx context.Context, v Volume, actor string, now time.Time) (Volume, error)
+	// Volume returns the tenant's volume or an error wrapping ErrNotFound.
+	Volume(ctx context.Context, tenant, name string) (Volume, error)
+}
+
 // Ledger is the reservation ledger (LED-1…3).
 type Ledger interface {
 	// Reserve inserts r only if the agent still fits it, atomically with the check (LED-1, ADM-7):
@@ -117,6 +127,7 @@ type Store interface {
 	AgentStore
 	TemplateStore
 	SandboxStore
+	VolumeStore
 	Ledger
 	EventStore
 	TenantStore

@@ -41,4 +41,6 @@ type AgentCreate struct {
 	VCPUs     int       `json:"vcpus"`
 	Stateful  bool      `json:"stateful"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Volume is "<tenant>/<name>" of the volume the sandbox mounts, if any (POOL-2).
+	Volume string `json:"volume,omitempty"`
 }

@@ -25,7 +25,8 @@ import (
 // Runtime is what the agent needs from a runtime driver (AGT-3). Measure returns the
 // guest's working set in MiB, whether the measurement saw the guest, and whether it exited.
 type Runtime interface {
-	Start(ctx context.Context, id string, memoryMiB int64, vcpus int) error
+	// Start starts a sandbox; volumeDir, when set, is the host directory of its volume.
+	Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error
 	Stop(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error)
 	WriteFile(ctx context.Context, id, path string, data []byte) error
@@ -57,6 +58,9 @@ type Config struct {
 	// ServerURL and NodeToken: where heartbeats go and the token both sides present.
 	ServerURL string
 	NodeToken string
+	// VolumeDir holds volumes, durable and pinned to this host (POOL-2, POOL-4): never under
+	// a cache directory, never removed when a sandbox ends. "" refuses volume creates.
+	VolumeDir string
 	// Listen is the internal API address (default 127.0.0.1:0).
 	Listen  string
 	Version string

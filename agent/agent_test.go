@@ -23,7 +23,7 @@ type fakeRuntime struct {
 	stopped  []string
 }
 
-func (f *fakeRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int) error {
+func (f *fakeRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error {
 	if f.start != nil {
 		return f.start(id)
 	}

@@ -3,6 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -69,7 +72,11 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 			a.mu.Unlock()
 		}
 	}()
-	if err := a.rt.Start(ctx, c.ID, c.MemoryMiB, c.VCPUs); err != nil {
+	volumeDir, err := a.volumeDir(c.Volume)
+	if err != nil {
+		return err
+	}
+	if err := a.rt.Start(ctx, c.ID, c.MemoryMiB, c.VCPUs, volumeDir); err != nil {
 		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = a.rt.Stop(stop, c.ID)
@@ -226,4 +233,43 @@ func (a *Agent) Undrain() {
 		a.log.Info("undrained")
 		a.Kick()
 	}
+}
+
+// volumeDir returns (creating it) the host directory of volume "<tenant>/<name>", under the
+// agent's volume directory (POOL-2, POOL-4). Errors: invalid_request for a malformed name or
+// an agent without a volume directory.
+func (a *Agent) volumeDir(volume string) (string, error) {
+	if volume == "" {
+		return "", nil
+	}
+	if a.cfg.VolumeDir == "" {
+		return "", berth.Errorf(berth.EInvalidRequest, "agent %s keeps no volumes (no volume directory)", a.cfg.ID)
+	}
+	tenant, name, ok := strings.Cut(volume, "/")
+	if !ok || !validVolumePart(tenant) || !validVolumePart(name) {
+		return "", berth.Errorf(berth.EInvalidRequest, "volume %q must be <tenant>/<name>", volume)
+	}
+	dir := filepath.Join(a.cfg.VolumeDir, tenant, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("agent %s: volume %s: %w", a.cfg.ID, volume, err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("agent %s: volume %s: %w", a.cfg.ID, volume, err)
+	}
+	return abs, nil
+}
+
+// validVolumePart accepts the lowercase names the server allows, and nothing that could
+// climb out of the volume directory.
+func validVolumePart(s string) bool {
+	if s == "" || len(s) > 63 || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -12,8 +12,8 @@ func ProcessRuntime(r *process.Runtime) Runtime { return processRuntime{r} }
 
 type processRuntime struct{ r *process.Runtime }
 
-func (p processRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int) error {
-	return p.r.Start(ctx, process.Spec{ID: id, MemoryMiB: memoryMiB, VCPUs: vcpus})
+func (p processRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error {
+	return p.r.Start(ctx, process.Spec{ID: id, MemoryMiB: memoryMiB, VCPUs: vcpus, VolumeDir: volumeDir})
 }
 func (p processRuntime) Stop(ctx context.Context, id string) error { return p.r.Stop(ctx, id) }
 func (p processRuntime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {

@@ -53,8 +53,10 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 		return t, berth.Errorf(berth.EInvalidRequest, "pool must be %q or %q", berth.PoolStateful, berth.PoolEphemeral)
 	case req.Stateful && req.Pool == berth.PoolEphemeral:
 		return t, berth.Errorf(berth.EInvalidRequest, "stateful sandboxes run only in the stateful pool (POOL-2)")
-	case req.Volume != "":
-		return t, berth.Errorf(berth.EInvalidRequest, "volumes are not supported yet (POOL-2 arrives with host-pinned volumes)")
+	case req.Volume != "" && !nameRE.MatchString(req.Volume):
+		return t, berth.Errorf(berth.EInvalidRequest, "volume must be lowercase letters, digits, '.', '_' or '-', at most 63")
+	case req.Volume != "" && req.Pool == berth.PoolEphemeral:
+		return t, berth.Errorf(berth.EInvalidRequest, "sandboxes with a volume run only in the stateful pool (POOL-2)")
 	case len(req.Region) > 64:
 		return t, berth.Errorf(berth.EInvalidRequest, "region is longer than 64 characters")
 	case len(req.Metadata) > maxMetadataKeys:
@@ -102,6 +104,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		MemoryMiB: cmpOr(req.MemoryMiB, t.MemoryMiB), VCPUs: cmpOr(req.VCPUs, t.VCPUs),
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
 		Metadata: req.Metadata, IdempotencyKey: idem,
+	}
+	if req.Volume != "" {
+		// Durable data makes it stateful: charged in full, never evicted, stateful pool only
+		// (POOL-2, POOL-3).
+		sb.Stateful = true
 	}
 	// A retry finds its first create when the insert of its starting row meets the key
 	// (errIdempotent), so a first attempt pays no extra read for the key.

@@ -190,6 +190,19 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 		return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
 	}
 	preq := placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool}
+	pinned := false
+	if req.Volume != "" {
+		// POOL-2: a volume lands only on its host; a new one is pinned where it first lands.
+		v, err := s.store.Volume(ctx, sb.Tenant, req.Volume)
+		switch {
+		case err == nil:
+			preq.VolumeHost, pinned = v.AgentID, true
+		case errors.Is(err, berth.ErrNotFound):
+			// Not pinned yet: any stateful-pool host (a volume sandbox is stateful).
+		default:
+			return sb, berth.Errorf(berth.EUnavailable, "read volume: %v", err)
+		}
+	}
 	excluded := map[string]string{} // agent id → code it refused with
 	reread := false
 	var lastAgentErr error
@@ -233,6 +246,20 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 		}
 		s.adjustPending(host, res.MiB)
 		release := s.releaser(res)
+		if req.Volume != "" && !pinned {
+			v, err := s.store.PinVolume(ctx, berth.Volume{Tenant: sb.Tenant, Name: req.Volume, AgentID: host}, actor, s.cfg.Clock())
+			if err != nil {
+				release()
+				return sb, berth.Errorf(berth.EUnavailable, "pin volume: %v", err)
+			}
+			pinned = true
+			if v.AgentID != host {
+				// Another create pinned it first, elsewhere: go there instead.
+				release()
+				preq.VolumeHost = v.AgentID
+				continue
+			}
+		}
 		sb.AgentID, sb.State, sb.Reason = host, berth.SandboxStarting, "placed on agent/"+host
 		if err := s.store.CreateSandbox(ctx, sb, actor, s.cfg.Clock()); err != nil {
 			release()
@@ -246,7 +273,7 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 		// its Idempotency-Key, instead of being torn mid-start.
 		err = s.agents.create(context.WithoutCancel(ctx), addr, berth.AgentCreate{
 			ID: sb.ID, Template: sb.Template, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
-			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt,
+			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt, Volume: volumeKey(sb.Tenant, req.Volume),
 		})
 		if err == nil {
 			s.recordOutcome(ctx, host, false, actor)
@@ -284,6 +311,14 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 		excluded[host] = code
 		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
 	}
+}
+
+// volumeKey is the agent's name for a tenant's volume, "<tenant>/<name>" ("" for none).
+func volumeKey(tenant, name string) string {
+	if name == "" {
+		return ""
+	}
+	return tenant + "/" + name
 }
 
 // recordOutcome feeds PLC-9: every failed create on a host, and a success on a host that had

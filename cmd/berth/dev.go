@@ -185,6 +185,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		acfg.HeartbeatInterval = cfg.HeartbeatInterval
 		acfg.MeasureInterval = min(time.Second, cfg.HeartbeatInterval)
 		acfg.ReserveTTL = cfg.ReservationTTL
+		acfg.VolumeDir = filepath.Join(data, "volumes", id) // beside, never under, the sandboxes' directory
 		acfg.ServerURL = s.URL
 		acfg.NodeToken = nodeToken
 		acfg.Logger = cfg.Logger

@@ -228,3 +228,45 @@ func TestCase_C11_C12_DrainCompletion(t *testing.T) {
 		t.Fatalf("unknown agent: %v", err)
 	}
 }
+
+// TestPOOL2_VolumePinnedToItsHost: a volume is pinned to the host it first lands on; every
+// later sandbox naming it lands there and sees the data the first one wrote, after that
+// sandbox is gone (POOL-2, POOL-4).
+func TestPOOL2_VolumePinnedToItsHost(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.Agents = 2 })
+	ctx := context.Background()
+	c := adminClient(st)
+	first, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell", Volume: "pgdata"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Stateful {
+		t.Fatalf("a sandbox with a volume must be stateful: %+v", first)
+	}
+	if err := c.WriteFile(ctx, first.ID, "/tmp/volume/hello", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSandbox(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell", Volume: "pgdata"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.AgentID != first.AgentID {
+			t.Fatalf("create %d with the volume landed on %s, want its host %s", i, sb.AgentID, first.AgentID)
+		}
+		got, err := c.ReadFile(ctx, sb.ID, "/tmp/volume/hello")
+		if err != nil || string(got) != "kept" {
+			t.Fatalf("create %d: volume content %q, %v; want what the first sandbox wrote", i, got, err)
+		}
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := c.Events(ctx, "volume/default/pgdata")
+	if err != nil || len(evs) != 1 || evs[0].To != "pinned" {
+		t.Fatalf("volume events: %+v, %v; want one pin", evs, err)
+	}
+}

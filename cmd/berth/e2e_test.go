@@ -406,6 +406,8 @@ func TestE2E_BadInput(t *testing.T) {
 		{"huge TTL", "POST", "/v1/sandboxes", admin, `{"template":"python","ttl_seconds":9999999999}`, 400, berth.EInvalidRequest},
 		{"negative TTL", "POST", "/v1/sandboxes", admin, `{"template":"python","ttl_seconds":-5}`, 400, berth.EInvalidRequest},
 		{"bad pool", "POST", "/v1/sandboxes", admin, `{"template":"python","pool":"gold"}`, 400, berth.EInvalidRequest},
+		{"bad volume name", "POST", "/v1/sandboxes", admin, `{"template":"python","volume":"../etc"}`, 400, berth.EInvalidRequest},
+		{"volume on ephemeral", "POST", "/v1/sandboxes", admin, `{"template":"python","volume":"v1","pool":"ephemeral"}`, 400, berth.EInvalidRequest},
 		{"oversized body", "POST", "/v1/sandboxes", admin, big, 413, berth.ETooLarge},
 		{"missing key", "POST", "/v1/sandboxes", "", `{"template":"python"}`, 401, berth.EUnauthorized},
 		{"wrong key", "POST", "/v1/sandboxes", "Bearer nope", `{"template":"python"}`, 401, berth.EUnauthorized},

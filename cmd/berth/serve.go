@@ -134,6 +134,8 @@ func newAgentCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxStarts, "max-starts", cfg.MaxStarts, "concurrent starts (ADM-10)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "internal API address")
 	f.StringVar(&dir, "dir", dir, "directory for sandbox files")
+	cfg.VolumeDir = filepath.Join(defaultDataDir(), "volumes")
+	f.StringVar(&cfg.VolumeDir, "volume-dir", cfg.VolumeDir, "directory for durable volumes (POOL-4: not under --dir or any cache)")
 	f.StringVar(&isolate, "isolate", isolate, "sandbox isolation: auto, on or off")
 	return cmd
 }

@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"EndedSandboxes", one(testEndedSandboxes)},
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"LogEvents", one(testLogEvents)},
+		{"PinVolume", one(testPinVolume)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},

@@ -18,7 +18,7 @@ type Runtime struct {
 }
 
 // Start records id as running.
-func (r *Runtime) Start(_ context.Context, id string, _ int64, _ int) error {
+func (r *Runtime) Start(_ context.Context, id string, _ int64, _ int, _ string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.held == nil {

@@ -43,6 +43,10 @@ func MaybeRunInit() {
 	os.Exit(runInit(os.Args[2:]))
 }
 
+// volumeName is where a sandbox finds its volume: /tmp/volume with isolation, the link
+// "volume" in its working directory without.
+const volumeName = "volume"
+
 // initConfig is the init's command line (built by Runtime.Start).
 type initConfig struct {
 	id       string // sandbox id, also the hostname
@@ -51,11 +55,12 @@ type initConfig struct {
 	path     string // PATH for exec'd commands
 	isolated bool
 	probe    bool
+	volume   string // host directory of a volume, seen at /tmp/volume (POOL-2); "" for none
 }
 
 func (c initConfig) args() []string {
 	return []string{initArg, "-id=" + c.id, "-dir=" + c.dir, "-hide=" + c.hide, "-path=" + c.path,
-		fmt.Sprintf("-isolated=%t", c.isolated)}
+		fmt.Sprintf("-isolated=%t", c.isolated), "-volume=" + c.volume}
 }
 
 func runInit(args []string) int {
@@ -67,6 +72,7 @@ func runInit(args []string) int {
 	fl.StringVar(&c.path, "path", defaultPath, "PATH of commands")
 	fl.BoolVar(&c.isolated, "isolated", false, "set up namespaces")
 	fl.BoolVar(&c.probe, "probe", false, "print the probe token and exit")
+	fl.StringVar(&c.volume, "volume", "", "host directory of the sandbox's volume")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -140,6 +146,12 @@ func setupInit(c initConfig, log *slog.Logger) (net.Listener, string, error) {
 	root := filepath.Join(c.dir, "root")
 	sock := filepath.Join(c.dir, "init.sock")
 	if !c.isolated {
+		// Without a mount namespace the volume is a link in the sandbox's directory.
+		if c.volume != "" {
+			if err := os.Symlink(c.volume, filepath.Join(root, volumeName)); err != nil && !errors.Is(err, os.ErrExist) {
+				return nil, "", fmt.Errorf("link volume: %w", err)
+			}
+		}
 		l, err := listen(sock)
 		return l, root, err
 	}
@@ -170,6 +182,14 @@ func setupInit(c initConfig, log *slog.Logger) (net.Listener, string, error) {
 		return nil, "", fmt.Errorf("open %s: %w", root, err)
 	}
 	defer unix.Close(rootFD)
+	volFD := -1
+	if c.volume != "" {
+		// Held by descriptor too: the volume may live under a path the tmpfs below hides.
+		if volFD, err = unix.Open(c.volume, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return nil, "", fmt.Errorf("open volume %s: %w", c.volume, err)
+		}
+		defer unix.Close(volFD)
+	}
 	if c.hide != "" && c.hide != "/" {
 		if err := unix.Mount("tmpfs", c.hide, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64k,mode=0755"); err != nil {
 			return nil, "", fmt.Errorf("hide %s: %w", c.hide, err)
@@ -177,6 +197,18 @@ func setupInit(c initConfig, log *slog.Logger) (net.Listener, string, error) {
 	}
 	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", rootFD), "/tmp", "", unix.MS_BIND, ""); err != nil {
 		return nil, "", fmt.Errorf("bind %s on /tmp: %w", root, err)
+	}
+	if volFD >= 0 {
+		// The mount point is made inside the sandbox's own /tmp, never on the host's root;
+		// the bind exists only in this mount namespace, so removing the sandbox's directory
+		// later cannot reach the volume's data.
+		mnt := "/tmp/" + volumeName
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			return nil, "", fmt.Errorf("volume mount point: %w", err)
+		}
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", volFD), mnt, "", unix.MS_BIND, ""); err != nil {
+			return nil, "", fmt.Errorf("bind volume on %s: %w", mnt, err)
+		}
 	}
 	return l, "/tmp", nil
 }

@@ -36,6 +36,9 @@ type Spec struct {
 	ID        string
 	MemoryMiB int64
 	VCPUs     int
+	// VolumeDir, when set, is an existing host directory (a durable volume, POOL-2) that
+	// the sandbox sees at /tmp/volume. It outlives the sandbox: Stop never touches it.
+	VolumeDir string
 }
 
 // sandbox is the runtime's record of one sandbox. ready is closed once Start finished; if it
@@ -87,6 +90,11 @@ func (r *Runtime) Start(ctx context.Context, s Spec) error {
 	}
 	if s.MemoryMiB <= 0 {
 		return berth.Errorf(berth.EInvalidRequest, "memory must be positive, not %d MiB", s.MemoryMiB)
+	}
+	if s.VolumeDir != "" {
+		if st, err := os.Stat(s.VolumeDir); err != nil || !st.IsDir() || !filepath.IsAbs(s.VolumeDir) {
+			return berth.Errorf(berth.EInvalidRequest, "volume %q must be an existing absolute directory", s.VolumeDir)
+		}
 	}
 	sb := &sandbox{
 		id:       s.ID,
@@ -159,7 +167,7 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	}
 	defer readyR.Close()
 
-	ic := initConfig{id: sb.id, dir: sb.dir, hide: r.dir, path: commandPath(), isolated: r.isolated}
+	ic := initConfig{id: sb.id, dir: sb.dir, hide: r.dir, path: commandPath(), isolated: r.isolated, volume: s.VolumeDir}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       append([]string{"berth-sandbox"}, ic.args()...), // argv[0] shows in ps
