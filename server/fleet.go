@@ -16,9 +16,6 @@ import (
 	"github.com/berth-dev/berth/internal/httpjson"
 )
 
-// DeadAfter is when a silent agent is reported dead rather than stale (LIF-1, default 5 min).
-const DeadAfter = 5 * time.Minute
-
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ principal) error {
@@ -67,7 +64,7 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal)
 		age := now.Sub(as[i].LastSeen)
 		as[i].LastSeenS = float64(age.Milliseconds()) / 1000
 		switch {
-		case age >= DeadAfter:
+		case age >= s.cfg.DeadAfter:
 			as[i].Status = berth.AgentDead
 		case age >= s.cfg.StaleAfter:
 			as[i].Status = berth.AgentStale

@@ -270,10 +270,10 @@ func TestLIF2_LeaseExpiry(t *testing.T) {
 	if got := state("sb-stf"); got != berth.SandboxRunning {
 		t.Fatalf("stateful sandbox after 91 s: %s, want running (10 min lease)", got)
 	}
-	now = t0.Add(11 * time.Minute)
+	now = t0.Add(5*time.Minute + time.Second)
 	s.sweep(ctx)
 	if got := state("sb-stf"); got != berth.SandboxLost {
-		t.Fatalf("stateful sandbox after 11 min of silence: %s, want lost", got)
+		t.Fatalf("stateful sandbox of an agent dead for 5 min: %s, want lost (dead_after settles it before its 10 min lease)", got)
 	}
 	evs, err := st.Events(ctx, berth.EventFilter{Entity: "sandbox/sb-eph"})
 	must(t, err)

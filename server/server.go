@@ -47,6 +47,10 @@ type Config struct {
 	// AgentTimeout bounds one create, delete, drain or file call to an agent (default 30 s);
 	// an exec is bounded by its own timeout_s plus 10 s instead.
 	AgentTimeout time.Duration
+	// DeadAfter is when a silent agent is dead rather than stale (LIF-1, default 5 min):
+	// reported so, and whatever it still held is settled (lost) even if its pool's lease
+	// is longer.
+	DeadAfter time.Duration
 	// LeaseEphemeral and LeaseStateful are the lease TTLs per pool (LIF-2, defaults 90 s and
 	// 10 min): when an agent has not heartbeated for its pool's TTL, the sweeper marks its
 	// live sandboxes lost.
@@ -82,6 +86,7 @@ func DefaultConfig() Config {
 		MaxTTL:            7 * 24 * time.Hour,
 		MaxSandboxMiB:     1 << 20,
 		AgentTimeout:      30 * time.Second,
+		DeadAfter:         5 * time.Minute,
 		LeaseEphemeral:    90 * time.Second,
 		LeaseStateful:     10 * time.Minute,
 		DrainDeadline:     10 * time.Minute,
@@ -140,6 +145,9 @@ func New(cfg Config, st berth.Store) *Server {
 	}
 	if cfg.AgentTimeout <= 0 {
 		cfg.AgentTimeout = def.AgentTimeout
+	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = def.DeadAfter
 	}
 	if cfg.LeaseEphemeral <= 0 {
 		cfg.LeaseEphemeral = def.LeaseEphemeral
@@ -248,7 +256,7 @@ func (s *Server) sweep(ctx context.Context) {
 // the snapshot (no I/O); each is re-read from the store before anything is marked.
 func (s *Server) expireLeases(ctx context.Context) {
 	now := s.cfg.Clock()
-	for _, id := range s.sched.silentAgents(now, s.cfg.LeaseEphemeral, s.cfg.LeaseStateful) {
+	for _, id := range s.sched.silentAgents(now, s.leaseTTL(berth.PoolEphemeral), s.leaseTTL(berth.PoolStateful)) {
 		a, err := s.store.Agent(ctx, id)
 		if err != nil {
 			continue
@@ -275,12 +283,13 @@ func (s *Server) expireLeases(ctx context.Context) {
 	}
 }
 
-// leaseTTL returns the lease TTL of a pool; an agent with no pool is stateful (POOL-1).
+// leaseTTL returns the lease TTL of a pool (an agent with no pool is stateful, POOL-1),
+// never longer than DeadAfter: a dead agent's sandboxes are settled (LIF-1).
 func (s *Server) leaseTTL(pool string) time.Duration {
 	if pool == berth.PoolEphemeral {
-		return s.cfg.LeaseEphemeral
+		return min(s.cfg.LeaseEphemeral, s.cfg.DeadAfter)
 	}
-	return s.cfg.LeaseStateful
+	return min(s.cfg.LeaseStateful, s.cfg.DeadAfter)
 }
 
 // watchAgents folds pushed agent changes into the snapshot: one agent re-read per change,

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -402,5 +404,133 @@ func TestAgentKilled(t *testing.T) {
 	running, err := c.Sandboxes(ctx, berth.SandboxRunning)
 	if err != nil || len(running) != 0 {
 		t.Fatalf("running sandboxes after the agent died: %+v, %v; want none", running, err)
+	}
+}
+
+// startAgentIn runs an agent with the process runtime in dir until the returned stop is
+// called (which waits for it to end). The same id and dir again is a restart.
+func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runtime, memMiB int64) (stop func()) {
+	t.Helper()
+	var prt *process.Runtime
+	if rt == nil {
+		var err error
+		prt, err = process.New(process.Config{Dir: dir, Logger: f.log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt = agent.ProcessRuntime(prt)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = id, berth.AdmissionCommitted, memMiB, 0
+	cfg.HeartbeatInterval, cfg.MeasureInterval = 100*time.Millisecond, 100*time.Millisecond
+	cfg.ServerURL, cfg.NodeToken, cfg.Logger = url, f.nodeToken, f.log
+	a, err := agent.New(cfg, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			if prt != nil {
+				_ = prt.Close()
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestAGT6_RestartedAgentReconciles: an agent restarted with the same id (a new boot) holds
+// nothing of its old sandboxes; the store marks them lost with an event, and the host takes
+// new work again.
+func TestAGT6_RestartedAgentReconciles(t *testing.T) {
+	f := newPGFleet(t)
+	url := f.replica(t, nil)
+	dir := t.TempDir()
+	stop := f.startAgentIn(t, "phoenix", url, dir, nil, 4096)
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "phoenix registered", func() (bool, string) {
+		_, err := f.seed.Agent(ctx, "phoenix")
+		return err == nil, fmt.Sprint(err)
+	})
+	c := client.New(url, f.adminKey, client.WithDeadline(5*time.Second))
+	old, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop() // the host goes down with its sandbox
+	f.startAgentIn(t, "phoenix", url, dir, nil, 4096)
+	waitFor(t, 30*time.Second, "the old sandbox lost after the restart", func() (bool, string) {
+		sb, err := f.seed.Sandbox(ctx, old.ID)
+		return err == nil && sb.State == berth.SandboxLost, fmt.Sprint(sb.State, err)
+	})
+	evs, err := f.seed.Events(ctx, berth.EventFilter{Entity: "sandbox/" + old.ID})
+	if err != nil || evs[len(evs)-1].Reason != "agent restarted without it" {
+		t.Fatalf("events: %+v, %v", evs, err)
+	}
+	waitFor(t, 30*time.Second, "the restarted host to take work", func() (bool, string) {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+		return err == nil && sb.AgentID == "phoenix", fmt.Sprint(err)
+	})
+}
+
+// failingRuntime accepts nothing: every start fails, as a host with a broken runtime would.
+type failingRuntime struct{ starts atomic.Int64 }
+
+func (r *failingRuntime) Start(context.Context, string, int64, int, string) error {
+	r.starts.Add(1)
+	return errors.New("runtime broken: cannot create the sandbox")
+}
+func (r *failingRuntime) Stop(context.Context, string) error { return nil }
+func (r *failingRuntime) Exec(context.Context, string, berth.ExecRequest) (berth.ExecResult, error) {
+	return berth.ExecResult{}, errors.New("broken")
+}
+func (r *failingRuntime) WriteFile(context.Context, string, string, []byte) error {
+	return errors.New("broken")
+}
+func (r *failingRuntime) ReadFile(context.Context, string, string) ([]byte, error) {
+	return nil, errors.New("broken")
+}
+func (r *failingRuntime) Measure(string) (int64, bool, bool, error) { return 0, false, false, nil }
+
+// TestCase_C19_RealAgentQuarantined: a real agent whose runtime fails every create is
+// quarantined after 3 failures while a healthy host takes the creates (PLC-9).
+func TestCase_C19_RealAgentQuarantined(t *testing.T) {
+	f := newPGFleet(t)
+	url := f.replica(t, func(c *server.Config) {
+		c.Quarantine = berth.QuarantinePolicy{After: 3, Backoff: time.Hour, MaxBackoff: time.Hour}
+	})
+	broken := &failingRuntime{}
+	// Far more room on the broken host: placement prefers it whatever the CPU figures say,
+	// so it is tried until quarantined (0.3 per free GiB outweighs 0.6 per free core).
+	f.startAgentIn(t, "a-broken", url, t.TempDir(), broken, 64<<10)
+	f.startAgentIn(t, "b-healthy", url, t.TempDir(), nil, 4096)
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "both agents registered", func() (bool, string) {
+		as, err := f.seed.Agents(ctx)
+		return err == nil && len(as) == 2, fmt.Sprint(len(as), err)
+	})
+	c := client.New(url, f.adminKey, client.WithDeadline(5*time.Second))
+	for i := range 6 {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+		if err != nil || sb.AgentID != "b-healthy" {
+			t.Fatalf("create %d: %+v, %v; want it on the healthy host", i, sb, err)
+		}
+	}
+	if n := broken.starts.Load(); n != 3 {
+		t.Fatalf("the broken host got %d starts, want exactly 3 before its quarantine", n)
+	}
+	a, err := f.seed.Agent(ctx, "a-broken")
+	if err != nil || a.QuarantinedUntil.IsZero() {
+		t.Fatalf("broken agent: %+v, %v; want quarantined", a, err)
+	}
+	evs, err := f.seed.Events(ctx, berth.EventFilter{Entity: "agent/a-broken", To: string(berth.AgentQuarantined)})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("quarantine events: %+v, %v", evs, err)
 	}
 }
