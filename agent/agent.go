@@ -61,6 +61,10 @@ type Config struct {
 	// VolumeDir holds volumes, durable and pinned to this host (POOL-2, POOL-4): never under
 	// a cache directory, never removed when a sandbox ends. "" refuses volume creates.
 	VolumeDir string
+	// Pressure is the ADM-8 gate's lines and hold (default close 10 %, open 2 %, hold 15 s);
+	// PressureSource reads the host's memory pressure (default ProcPressure).
+	Pressure       admission.PressureGate
+	PressureSource func() (float64, bool)
 	// Listen is the internal API address (default 127.0.0.1:0).
 	Listen  string
 	Version string
@@ -80,6 +84,7 @@ func DefaultConfig() Config {
 		StartSlotWait:     250 * time.Millisecond,
 		Listen:            "127.0.0.1:0",
 		Version:           "dev",
+		Pressure:          admission.DefaultPressureGate(),
 	}
 }
 
@@ -107,6 +112,7 @@ type Agent struct {
 	draining                  bool
 	measureErrs               int64
 	pressure                  float64
+	gate                      admission.PressureGate // ADM-8 hysteresis over pressure
 	cpuUsed                   float64
 	lastCPUBusy, lastCPUTotal uint64
 	kick                      chan struct{} // asks the heartbeat loop to send now
@@ -150,6 +156,12 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = def.Listen
 	}
+	if cfg.Pressure.Close <= 0 {
+		cfg.Pressure = def.Pressure
+	}
+	if cfg.PressureSource == nil {
+		cfg.PressureSource = ProcPressure
+	}
 	if cfg.MemoryMiB <= 0 {
 		cfg.MemoryMiB = hostMemoryMiB()
 	}
@@ -173,6 +185,7 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		starts: make(chan struct{}, cfg.MaxStarts),
 		guests: map[string]*guest{},
 		kick:   make(chan struct{}, 1),
+		gate:   cfg.Pressure,
 		ln:     ln,
 		addr:   "http://" + ln.Addr().String(),
 	}
@@ -226,6 +239,10 @@ func (a *Agent) stopAll(ctx context.Context) {
 	}
 }
 
+// intakeOpenLocked reports whether the agent takes creates: not draining (AGT-5) and the
+// pressure gate open (ADM-8). The caller holds a.mu.
+func (a *Agent) intakeOpenLocked() bool { return !a.draining && !a.gate.Closed() }
+
 // admittableLocked computes the host's admittable MiB with the one formula (ADM-6). The
 // caller holds a.mu.
 func (a *Agent) admittableLocked() int64 {
@@ -233,7 +250,7 @@ func (a *Agent) admittableLocked() int64 {
 		Mode:        a.cfg.Admission,
 		TotalMiB:    a.cfg.MemoryMiB,
 		HeadroomMiB: a.cfg.HeadroomMiB,
-		IntakeOpen:  !a.draining,
+		IntakeOpen:  a.intakeOpenLocked(),
 		Guests:      make([]admission.Guest, 0, len(a.guests)),
 	}
 	for _, g := range a.guests {

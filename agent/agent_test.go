@@ -296,3 +296,40 @@ func TestCase_C07_NegativeReadingClamped(t *testing.T) {
 		t.Fatalf("heartbeat %+v: want admittable 2048 (never above total), 1 measurement error, resident 0", hb)
 	}
 }
+
+// TestADM8_PressureClosesIntake: above the close line the agent publishes admittable 0 and
+// intake closed and its local gate refuses; after the hold below the open line it reopens.
+func TestADM8_PressureClosesIntake(t *testing.T) {
+	pressure := 50.0
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = "a1", berth.AdmissionCommitted, 2048, 0
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.PressureSource = func() (float64, bool) { return pressure, true }
+	a, err := New(cfg, &fakeRuntime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.ln.Close() })
+	t0 := time.Now()
+	a.measureOnce(context.Background(), t0)
+	hb := a.Heartbeat(t0)
+	if hb.IntakeOpen || hb.MemoryMiBAdmittable != 0 || hb.MemoryPressure != 50 {
+		t.Fatalf("under pressure: %+v; want intake closed, admittable 0", hb)
+	}
+	if err := create(a, "s1", 512); berth.ErrorCode(err) != berth.ENoCapacity {
+		t.Fatalf("create under pressure: %v, want no_capacity", err)
+	}
+	pressure = 0
+	a.measureOnce(context.Background(), t0.Add(time.Second))
+	a.measureOnce(context.Background(), t0.Add(10*time.Second))
+	if a.Heartbeat(t0.Add(10 * time.Second)).IntakeOpen {
+		t.Fatal("reopened before the 15 s hold")
+	}
+	a.measureOnce(context.Background(), t0.Add(17*time.Second))
+	if hb := a.Heartbeat(t0.Add(17 * time.Second)); !hb.IntakeOpen || hb.MemoryMiBAdmittable != 2048 {
+		t.Fatalf("after the hold: %+v; want intake open, admittable 2048", hb)
+	}
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatalf("create after reopening: %v", err)
+	}
+}

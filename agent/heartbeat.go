@@ -33,7 +33,7 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		MemoryMiBTotal:      a.cfg.MemoryMiB,
 		MemoryAdmission:     a.cfg.Admission,
 		MemoryMiBAdmittable: a.admittableLocked(),
-		IntakeOpen:          !a.draining,
+		IntakeOpen:          a.intakeOpenLocked(),
 		MemoryPressure:      a.pressure,
 		StartsInFlight:      len(a.starts),
 		NatIDFree:           natIDSlots - len(a.guests),
@@ -97,19 +97,37 @@ func (a *Agent) sendHeartbeat(ctx context.Context) {
 	}
 }
 
-// samplePressure records the host's memory pressure, PSI "some avg10" in percent, from
-// /proc/pressure/memory (published on the heartbeat, AGT-1; the gate on it is ADM-8).
-// Kernels without PSI leave it at 0.
-func (a *Agent) samplePressure() {
-	b, err := os.ReadFile("/proc/pressure/memory")
-	if err != nil {
+// samplePressure records the host's memory pressure (PSI "some avg10", percent; AGT-1) and
+// feeds the pressure gate (ADM-8): while it is closed the agent publishes admittable 0,
+// intake closed, and its local gate refuses. Kernels without PSI leave the gate open.
+func (a *Agent) samplePressure(now time.Time) {
+	p, ok := a.cfg.PressureSource()
+	if !ok {
 		return
 	}
-	if v, ok := parsePSISome(string(b)); ok {
-		a.mu.Lock()
-		a.pressure = v
-		a.mu.Unlock()
+	a.mu.Lock()
+	a.pressure = p
+	was := a.gate.Closed()
+	open := a.gate.Observe(p, now)
+	a.mu.Unlock()
+	switch {
+	case was && open:
+		a.log.Info("memory pressure calm again: intake reopened", "pressure", p)
+		a.Kick()
+	case !was && !open:
+		a.log.Warn("memory pressure over the close line: intake closed (ADM-8)", "pressure", p)
+		a.Kick()
 	}
+}
+
+// ProcPressure reads PSI "some avg10" from /proc/pressure/memory; ok is false where the
+// kernel has no PSI. It is the default Config.PressureSource.
+func ProcPressure() (float64, bool) {
+	b, err := os.ReadFile("/proc/pressure/memory")
+	if err != nil {
+		return 0, false
+	}
+	return parsePSISome(string(b))
 }
 
 // parsePSISome returns avg10 of the "some" line of a PSI file.

@@ -46,6 +46,10 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		a.mu.Unlock()
 		return berth.Errorf(berth.ENoCapacity, "agent %s is draining", a.cfg.ID)
 	}
+	if a.gate.Closed() {
+		a.mu.Unlock()
+		return berth.Errorf(berth.ENoCapacity, "agent %s: memory pressure closed intake (ADM-8)", a.cfg.ID)
+	}
 	if _, held := a.guests[c.ID]; held {
 		a.mu.Unlock()
 		return nil
@@ -184,7 +188,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 		a.mu.Unlock()
 	}
 	a.sampleCPU()
-	a.samplePressure()
+	a.samplePressure(now)
 }
 
 // end stops a guest the agent decided to end and queues the transition for the next
