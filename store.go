@@ -9,6 +9,10 @@ import (
 // ErrNotFound is returned (wrapped) by stores when a looked-up row does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrOverQuota is returned (wrapped) by SandboxStore.CreateSandbox when the tenant's quota
+// (ADM-11) does not allow one more live sandbox of that size; nothing is written.
+var ErrOverQuota = errors.New("tenant over quota")
+
 // ErrIdempotencyConflict is returned by SandboxStore.CreateSandbox when another sandbox of the
 // same tenant already holds the Idempotency-Key (API-4).
 var ErrIdempotencyConflict = errors.New("idempotency key already used")
@@ -59,7 +63,8 @@ type SandboxFilter struct {
 type SandboxStore interface {
 	// CreateSandbox inserts sb with the event "pending → sb.State". If sb.IdempotencyKey is set
 	// and another sandbox of the tenant holds it, nothing is written and the error wraps
-	// ErrIdempotencyConflict.
+	// ErrIdempotencyConflict; if the tenant's quota does not allow one more live sandbox of
+	// its size (checked in the same transaction), the error wraps ErrOverQuota.
 	CreateSandbox(ctx context.Context, sb Sandbox, actor string, now time.Time) error
 	// Sandbox returns one sandbox or an error wrapping ErrNotFound.
 	Sandbox(ctx context.Context, id string) (Sandbox, error)
@@ -120,6 +125,12 @@ type TenantStore interface {
 	PutAPIKey(ctx context.Context, k APIKey) error
 	// APIKeyByHash returns the key with the given hex SHA-256 hash, or ErrNotFound.
 	APIKeyByHash(ctx context.Context, hash string) (APIKey, error)
+	// SetQuota sets a tenant's quota (ADM-11) with an event; unknown tenant → ErrNotFound.
+	SetQuota(ctx context.Context, q Quota, actor string, now time.Time) error
+	// Quota returns a tenant's quota; a tenant without one gets the zero (unlimited) Quota.
+	Quota(ctx context.Context, tenant string) (Quota, error)
+	// TenantUsage returns the tenant's live (non-terminal) sandboxes and their configured MiB.
+	TenantUsage(ctx context.Context, tenant string) (sandboxes int, memoryMiB int64, err error)
 }
 
 // Store is everything the server needs from persistence.

@@ -22,3 +22,16 @@ type APIKey struct {
 	Hash      string    `json:"-"` // hex SHA-256 of the secret
 	CreatedAt time.Time `json:"created_at"`
 }
+
+// Quota is a tenant's hard limits (ADM-11): live sandboxes and their configured memory in
+// MiB. Zero means no limit. A quota says nothing about whether a host has room.
+type Quota struct {
+	Tenant       string `json:"tenant"`
+	MaxSandboxes int    `json:"max_sandboxes"`
+	MaxMemoryMiB int64  `json:"max_memory_mb"`
+}
+
+// Allows reports whether a tenant using count sandboxes and memMiB may add one of addMiB.
+func (q Quota) Allows(count int, memMiB, addMiB int64) bool {
+	return (q.MaxSandboxes <= 0 || count+1 <= q.MaxSandboxes) && (q.MaxMemoryMiB <= 0 || memMiB+addMiB <= q.MaxMemoryMiB)
+}

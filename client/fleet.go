@@ -124,3 +124,13 @@ func (c *Client) CreateAPIKey(ctx context.Context, tenant, role string) (APIKeyS
 }
 
 func agentPath(id string) string { return "/v1/agents/" + url.PathEscape(id) }
+
+// SetQuota sets a tenant's quota (PUT /v1/tenants/{name}/quota; admin key; ADM-11). Zero
+// limits mean no limit. It is sent once, not retried.
+func (c *Client) SetQuota(ctx context.Context, q berth.Quota) error {
+	r, err := jsonRequest(http.MethodPut, "/v1/tenants/"+url.PathEscape(q.Tenant)+"/quota", q, false)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, r, nil)
+}

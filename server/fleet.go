@@ -399,3 +399,76 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal
 	httpjson.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
+
+// putQuota is PUT /v1/tenants/{name}/quota (admin): {"max_sandboxes","max_memory_mb"}, 0 for
+// no limit (ADM-11).
+func (s *Server) putQuota(w http.ResponseWriter, r *http.Request, p principal) error {
+	var q berth.Quota
+	if err := httpjson.Decode(w, r, maxJSONBytes, &q); err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if q.Tenant != "" && q.Tenant != name {
+		return berth.Errorf(berth.EInvalidRequest, "body tenant %q differs from path %q", q.Tenant, name)
+	}
+	q.Tenant = name
+	if q.MaxSandboxes < 0 || q.MaxMemoryMiB < 0 || q.MaxSandboxes > 1_000_000 || q.MaxMemoryMiB > 1<<40 {
+		return berth.Errorf(berth.EInvalidRequest, "max_sandboxes and max_memory_mb must be between 0 (no limit) and sane bounds")
+	}
+	err := s.store.SetQuota(r.Context(), q, "tenant/"+p.Tenant, s.cfg.Clock())
+	if errors.Is(err, berth.ErrNotFound) {
+		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
+	}
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "store quota: %v", err)
+	}
+	s.quotas.forget(name)
+	httpjson.WriteJSON(w, http.StatusOK, q)
+	return nil
+}
+
+// getQuota is GET /v1/tenants/{name}/quota (admin): the quota and the tenant's usage.
+func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, _ principal) error {
+	name := r.PathValue("name")
+	q, err := s.store.Quota(r.Context(), name)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "read quota: %v", err)
+	}
+	n, mem, err := s.store.TenantUsage(r.Context(), name)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "read usage: %v", err)
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"quota": q, "sandboxes": n, "memory_mb": mem})
+	return nil
+}
+
+// checkQuota refuses a create the tenant's quota does not allow, before any placement work
+// (ADM-11: 403, not retryable). The store checks again, atomically, when it records the
+// sandbox; quotas are cached for a few seconds and usage is read only for limited tenants.
+func (s *Server) checkQuota(ctx context.Context, tenant string, memMiB int64) error {
+	now := s.cfg.Clock()
+	q, ok := s.quotas.get(tenant, now)
+	if !ok {
+		var err error
+		if q, err = s.store.Quota(ctx, tenant); err != nil {
+			return berth.Errorf(berth.EUnavailable, "read quota: %v", err)
+		}
+		s.quotas.put(tenant, q, now)
+	}
+	if q.MaxSandboxes <= 0 && q.MaxMemoryMiB <= 0 {
+		return nil
+	}
+	n, mem, err := s.store.TenantUsage(ctx, tenant)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "read usage: %v", err)
+	}
+	if !q.Allows(n, mem, memMiB) {
+		return overQuota(tenant, q, n, mem)
+	}
+	return nil
+}
+
+func overQuota(tenant string, q berth.Quota, n int, mem int64) error {
+	return berth.Errorf(berth.ETenantOverQuota, "tenant %s uses %d sandboxes and %d MiB of its quota (%d sandboxes, %d MiB; 0 = no limit)",
+		tenant, n, mem, q.MaxSandboxes, q.MaxMemoryMiB)
+}

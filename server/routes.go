@@ -50,6 +50,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/reservations", admin(s.listReservations))
 	mux.HandleFunc("POST /v1/tenants", admin(s.createTenant))
 	mux.HandleFunc("POST /v1/tenants/{name}/keys", admin(s.createAPIKey))
+	mux.HandleFunc("PUT /v1/tenants/{name}/quota", admin(s.putQuota))
+	mux.HandleFunc("GET /v1/tenants/{name}/quota", admin(s.getQuota))
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -94,6 +94,17 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		outcome = berth.ErrorCode(err)
 		return err
 	}
+	if err := s.checkQuota(r.Context(), p.Tenant, cmpOr(req.MemoryMiB, t.MemoryMiB)); err != nil {
+		if idem != "" { // a retry of a create that succeeded is answered, not refused (API-4)
+			if first, found, ferr := s.awaitIdempotent(r.Context(), p.Tenant, idem); ferr == nil && found {
+				outcome = "replayed"
+				httpjson.WriteJSON(w, http.StatusCreated, first)
+				return nil
+			}
+		}
+		outcome = berth.ErrorCode(err)
+		return err
+	}
 	now := s.cfg.Clock().UTC()
 	ttl := s.cfg.DefaultTTL
 	if req.TTLSeconds > 0 {

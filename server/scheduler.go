@@ -266,6 +266,10 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 			if errors.Is(err, berth.ErrIdempotencyConflict) {
 				return sb, errIdempotent
 			}
+			if errors.Is(err, berth.ErrOverQuota) {
+				// A concurrent create took the last of the quota since the pre-check.
+				return sb, berth.Errorf(berth.ETenantOverQuota, "%v", err)
+			}
 			return sb, berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
 		}
 		// The start is not tied to the client's patience: once sent it completes (bounded

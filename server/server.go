@@ -102,6 +102,7 @@ type Server struct {
 	agents    *agentCaller
 	auth      *authenticator
 	templates *templateCache
+	quotas    *ttlCache[berth.Quota] // per tenant, a few seconds (ADM-11)
 	metrics   *metrics
 	stopping  sync.Map // agent id → a stopEnded round in flight
 	log       *slog.Logger
@@ -189,6 +190,7 @@ func New(cfg Config, st berth.Store) *Server {
 		agents:    ac,
 		auth:      newAuthenticator(st, cfg.NodeToken),
 		templates: newTemplateCache(st, cfg.Clock),
+		quotas:    &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
 		metrics:   m,
 		log:       cfg.Logger,
 	}

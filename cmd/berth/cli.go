@@ -318,3 +318,56 @@ func newTemplatesCmd(cf *clientFlags) *cobra.Command {
 	}
 	return cmd
 }
+
+func newTenantsCmd(cf *clientFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "tenants", Short: "Tenants, their API keys and quotas (admin key)"}
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a tenant", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.CreateTenant(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), t)
+		},
+	}
+	var role string
+	key := &cobra.Command{
+		Use: "key NAME", Short: "Create an API key for a tenant; the key is shown once", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			k, err := c.CreateAPIKey(cmd.Context(), args[0], role)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), k)
+		},
+	}
+	key.Flags().StringVar(&role, "role", berth.RoleTenant, "tenant or admin")
+	var q berth.Quota
+	quota := &cobra.Command{
+		Use: "quota NAME", Short: "Set a tenant's quota (ADM-11); 0 means no limit", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			q.Tenant = args[0]
+			if err := c.SetQuota(cmd.Context(), q); err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), q)
+		},
+	}
+	quota.Flags().IntVar(&q.MaxSandboxes, "sandboxes", 0, "most live sandboxes (0: no limit)")
+	quota.Flags().Int64Var(&q.MaxMemoryMiB, "memory-mb", 0, "most configured memory of live sandboxes, MiB (0: no limit)")
+	cmd.AddCommand(create, key, quota)
+	return cmd
+}

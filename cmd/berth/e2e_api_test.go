@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -268,5 +269,49 @@ func TestPOOL2_VolumePinnedToItsHost(t *testing.T) {
 	evs, err := c.Events(ctx, "volume/default/pgdata")
 	if err != nil || len(evs) != 1 || evs[0].To != "pinned" {
 		t.Fatalf("volume events: %+v, %v; want one pin", evs, err)
+	}
+}
+
+// TestADM11_TenantQuota: a tenant's quota refuses the create past it with 403
+// tenant_over_quota before any placement, not retryable; ending a sandbox makes room; other
+// tenants are not limited by it; a retry of a create that succeeded is still answered.
+func TestADM11_TenantQuota(t *testing.T) {
+	st := bootDev(t, nil)
+	ctx := context.Background()
+	admin := adminClient(st)
+	if _, err := admin.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := admin.CreateAPIKey(ctx, "acme", berth.RoleTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.SetQuota(ctx, berth.Quota{Tenant: "acme", MaxSandboxes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	acme := client.New(st.URL, k.Key, client.WithDeadline(2*time.Second))
+	first, err := acme.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "shell"}, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = acme.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	var be *berth.Error
+	if !errors.As(err, &be) || be.Code != berth.ETenantOverQuota || client.IsCapacityUnavailable(err) {
+		t.Fatalf("third create over a 2-sandbox quota: %v, want tenant_over_quota at once", err)
+	}
+	if again, err := acme.CreateSandboxWithKey(ctx, berth.CreateRequest{Template: "shell"}, "k1"); err != nil || again.ID != first.ID {
+		t.Fatalf("retry of a create that succeeded, at the quota: %+v, %v", again, err)
+	}
+	if _, err := admin.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"}); err != nil {
+		t.Fatalf("another tenant is not limited by acme's quota: %v", err)
+	}
+	if err := acme.DeleteSandbox(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acme.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"}); err != nil {
+		t.Fatalf("create after a sandbox ended: %v", err)
 	}
 }

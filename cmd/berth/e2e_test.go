@@ -441,6 +441,9 @@ func TestE2E_BadInput(t *testing.T) {
 		{"tenant bad name", "POST", "/v1/tenants", admin, `{"name":"Not OK!"}`, 400, berth.EInvalidRequest},
 		{"key unknown tenant", "POST", "/v1/tenants/nobody/keys", admin, `{"role":"tenant"}`, 404, berth.ENotFound},
 		{"key bad role", "POST", "/v1/tenants/default/keys", admin, `{"role":"root"}`, 400, berth.EInvalidRequest},
+		{"quota negative", "PUT", "/v1/tenants/default/quota", admin, `{"max_sandboxes":-1}`, 400, berth.EInvalidRequest},
+		{"quota unknown tenant", "PUT", "/v1/tenants/nobody/quota", admin, `{"max_sandboxes":1}`, 404, berth.ENotFound},
+		{"quota malformed", "PUT", "/v1/tenants/default/quota", admin, `{"max_sandboxes":"lots"}`, 400, berth.EInvalidRequest},
 		{"unknown route", "GET", "/v1/nothing", admin, ``, 404, berth.ENotFound},
 	}
 	for _, tc := range cases {

@@ -56,6 +56,23 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 		reason = "placed on agent/" + sb.AgentID
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if !sb.State.Terminal() {
+			// ADM-11: hard limits, checked in the insert's transaction under the tenant's
+			// quota row lock, so replicas cannot overshoot together.
+			q, err := quotaOf(ctx, tx, sb.Tenant, true)
+			if err != nil {
+				return err
+			}
+			if q.MaxSandboxes > 0 || q.MaxMemoryMiB > 0 {
+				n, mem, err := usageOf(ctx, tx, sb.Tenant)
+				if err != nil {
+					return err
+				}
+				if !q.Allows(n, mem, sb.MemoryMiB) {
+					return fmt.Errorf("tenant %q: %d sandboxes, %d MiB: %w", sb.Tenant, n, mem, berth.ErrOverQuota)
+				}
+			}
+		}
 		// A holder that fails between the insert and the lookup frees the key: try again.
 		for range 3 {
 			var inserted bool

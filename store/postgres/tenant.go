@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -89,4 +90,71 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (berth.APIKey, er
 	}
 	k.CreatedAt = fromNullMS(created)
 	return k, nil
+}
+
+// SetQuota implements berth.TenantStore (ADM-11).
+func (s *Store) SetQuota(ctx context.Context, q berth.Quota, actor string, now time.Time) error {
+	if q.MaxSandboxes < 0 || q.MaxMemoryMiB < 0 {
+		return fmt.Errorf("postgres: quota of %q: limits must not be negative", q.Tenant)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var name string
+		if err := tx.QueryRow(ctx, `SELECT name FROM tenants WHERE name = $1`, q.Tenant).Scan(&name); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("tenant %q: %w", q.Tenant, berth.ErrNotFound)
+			}
+			return fmt.Errorf("postgres: quota of %q: %w", q.Tenant, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO quotas (tenant, max_sandboxes, max_memory_mb) VALUES ($1, $2, $3)
+			ON CONFLICT (tenant) DO UPDATE SET max_sandboxes = excluded.max_sandboxes, max_memory_mb = excluded.max_memory_mb`,
+			q.Tenant, q.MaxSandboxes, q.MaxMemoryMiB); err != nil {
+			return fmt.Errorf("postgres: quota of %q: %w", q.Tenant, err)
+		}
+		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "tenant/" + q.Tenant, To: "quota",
+			Reason: fmt.Sprintf("max_sandboxes=%d max_memory_mb=%d", q.MaxSandboxes, q.MaxMemoryMiB), Actor: actor})
+	})
+}
+
+// Quota implements berth.TenantStore.
+func (s *Store) Quota(ctx context.Context, tenant string) (berth.Quota, error) {
+	return quotaOf(ctx, s.pool, tenant, false)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// quotaOf reads a tenant's quota; lock takes the row lock that serialises the tenant's
+// creates across replicas (ADM-11 is a hard limit).
+func quotaOf(ctx context.Context, db querier, tenant string, lock bool) (berth.Quota, error) {
+	q := berth.Quota{Tenant: tenant}
+	sql := `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	err := db.QueryRow(ctx, sql, tenant).Scan(&q.MaxSandboxes, &q.MaxMemoryMiB)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return q, fmt.Errorf("postgres: quota of %q: %w", tenant, err)
+	}
+	return q, nil
+}
+
+// TenantUsage implements berth.TenantStore.
+func (s *Store) TenantUsage(ctx context.Context, tenant string) (int, int64, error) {
+	return usageOf(ctx, s.pool, tenant)
+}
+
+func usageOf(ctx context.Context, db querier, tenant string) (int, int64, error) {
+	var n int
+	var mem int64
+	err := db.QueryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(memory_mb), 0)::BIGINT FROM sandboxes
+		WHERE tenant = $1 AND NOT (state = ANY($2))`, tenant, terminalStateNames()).Scan(&n, &mem)
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: usage of %q: %w", tenant, err)
+	}
+	return n, mem, nil
+}
+
+func terminalStateNames() []string {
+	return []string{string(berth.SandboxStopped), string(berth.SandboxFailed), string(berth.SandboxLost), string(berth.SandboxEvicted)}
 }

@@ -51,6 +51,22 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 		reason = "placed on agent/" + sb.AgentID
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if !sb.State.Terminal() {
+			// ADM-11: hard limits, checked in the insert's transaction (writers are serialised).
+			q, err := quotaOf(ctx, tx, sb.Tenant)
+			if err != nil {
+				return err
+			}
+			if q.MaxSandboxes > 0 || q.MaxMemoryMiB > 0 {
+				n, mem, err := usageOf(ctx, tx, sb.Tenant)
+				if err != nil {
+					return err
+				}
+				if !q.Allows(n, mem, sb.MemoryMiB) {
+					return fmt.Errorf("tenant %q: %d sandboxes, %d MiB: %w", sb.Tenant, n, mem, berth.ErrOverQuota)
+				}
+			}
+		}
 		if key != nil {
 			var holder string
 			err := tx.QueryRowContext(ctx,

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/berth-dev/berth"
 )
@@ -88,4 +89,63 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (berth.APIKey, er
 	}
 	k.CreatedAt = fromNullMS(created)
 	return k, nil
+}
+
+// SetQuota implements berth.TenantStore (ADM-11).
+func (s *Store) SetQuota(ctx context.Context, q berth.Quota, actor string, now time.Time) error {
+	if q.MaxSandboxes < 0 || q.MaxMemoryMiB < 0 {
+		return fmt.Errorf("sqlite: quota of %q: limits must not be negative", q.Tenant)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var name string
+		if err := tx.QueryRowContext(ctx, `SELECT name FROM tenants WHERE name = ?`, q.Tenant).Scan(&name); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("tenant %q: %w", q.Tenant, berth.ErrNotFound)
+			}
+			return fmt.Errorf("sqlite: quota of %q: %w", q.Tenant, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO quotas (tenant, max_sandboxes, max_memory_mb) VALUES (?, ?, ?)
+			ON CONFLICT (tenant) DO UPDATE SET max_sandboxes = excluded.max_sandboxes, max_memory_mb = excluded.max_memory_mb`,
+			q.Tenant, q.MaxSandboxes, q.MaxMemoryMiB); err != nil {
+			return fmt.Errorf("sqlite: quota of %q: %w", q.Tenant, err)
+		}
+		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "tenant/" + q.Tenant, To: "quota",
+			Reason: fmt.Sprintf("max_sandboxes=%d max_memory_mb=%d", q.MaxSandboxes, q.MaxMemoryMiB), Actor: actor})
+	})
+}
+
+// Quota implements berth.TenantStore.
+func (s *Store) Quota(ctx context.Context, tenant string) (berth.Quota, error) {
+	return quotaOf(ctx, s.db, tenant)
+}
+
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func quotaOf(ctx context.Context, db queryRower, tenant string) (berth.Quota, error) {
+	q := berth.Quota{Tenant: tenant}
+	err := db.QueryRowContext(ctx, `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`, tenant).
+		Scan(&q.MaxSandboxes, &q.MaxMemoryMiB)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return q, fmt.Errorf("sqlite: quota of %q: %w", tenant, err)
+	}
+	return q, nil
+}
+
+// TenantUsage implements berth.TenantStore.
+func (s *Store) TenantUsage(ctx context.Context, tenant string) (int, int64, error) {
+	return usageOf(ctx, s.db, tenant)
+}
+
+func usageOf(ctx context.Context, db queryRower, tenant string) (int, int64, error) {
+	var n int
+	var mem int64
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(memory_mb), 0) FROM sandboxes
+		WHERE tenant = ? AND state NOT IN (`+placeholders(len(terminalStates))+`)`,
+		append([]any{tenant}, terminalStates...)...).Scan(&n, &mem)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlite: usage of %q: %w", tenant, err)
+	}
+	return n, mem, nil
 }

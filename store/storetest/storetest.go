@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"LogEvents", one(testLogEvents)},
 		{"PinVolume", one(testPinVolume)},
+		{"Quota", one(testQuota)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
