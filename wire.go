@@ -9,6 +9,9 @@ const (
 	// HeaderFirstAttempt carries the RFC 3339 time of a create's first attempt, so the server
 	// can measure time from first refusal to success (SDK-3, MET-4).
 	HeaderFirstAttempt = "Berth-First-Attempt"
+	// HeaderAttempt numbers a create's attempts from 1, so the server counts time to
+	// success only for creates that were refused first (MET-4).
+	HeaderAttempt = "Berth-Attempt"
 	// HeaderNodeToken authenticates the server to an agent's internal API (AGT-5).
 	HeaderNodeToken = "X-Node-Token"
 	// HeaderRequestID echoes the request id that also appears in error bodies and logs.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -63,7 +64,7 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 	var last *berth.Error
 	prevImmediate := false
 	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, r, start)
+		resp, err := c.once(ctx, r, start, attempt+1)
 		hint, hasHint := time.Duration(0), false
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -116,7 +117,7 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 }
 
 // once sends one attempt of r. first is the time of the call's first attempt.
-func (c *Client) once(ctx context.Context, r request, first time.Time) (response, error) {
+func (c *Client) once(ctx context.Context, r request, first time.Time, attempt int) (response, error) {
 	u := c.baseURL + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
@@ -142,6 +143,7 @@ func (c *Client) once(ctx context.Context, r request, first time.Time) (response
 	if r.idempotencyKey != "" {
 		req.Header.Set(berth.HeaderIdempotencyKey, r.idempotencyKey)
 		req.Header.Set(berth.HeaderFirstAttempt, first.UTC().Format(time.RFC3339Nano))
+		req.Header.Set(berth.HeaderAttempt, strconv.Itoa(attempt))
 	}
 	res, err := c.http.Do(req)
 	if err != nil {

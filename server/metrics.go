@@ -18,7 +18,7 @@ type metrics struct {
 	firstRefusal prometheus.Histogram     // MET-4: first attempt → success of retried creates
 }
 
-func newMetrics(reg *prometheus.Registry, st berth.Store) *metrics {
+func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter time.Duration, clock func() time.Time) *metrics {
 	m := &metrics{
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_scheduler_refusals_total", Help: "Create refusals by code (MET-1).",
@@ -40,7 +40,7 @@ func newMetrics(reg *prometheus.Registry, st berth.Store) *metrics {
 		}),
 	}
 	reg.MustRegister(m.refusals, m.pickSeconds, m.createSecond, m.expirations, m.firstRefusal,
-		&ledgerCollector{st: st})
+		&ledgerCollector{st: st}, &fleetCollector{st: st, staleAfter: staleAfter, deadAfter: deadAfter, clock: clock})
 	return m
 }
 
@@ -72,5 +72,70 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for id, v := range sum {
 		ch <- prometheus.MustNewConstMetric(outstandingDesc, prometheus.GaugeValue, float64(v), id)
+	}
+}
+
+// fleetCollector exports, at scrape time from the store: the fleet-wide resident ÷ committed
+// ratio (MET-2), each agent's heartbeat age and the agents by status, derived stale, dead
+// and quarantined included (MET-5).
+type fleetCollector struct {
+	st                    berth.Store
+	staleAfter, deadAfter time.Duration
+	clock                 func() time.Time
+}
+
+var (
+	ratioDesc = prometheus.NewDesc("berth_fleet_resident_committed_ratio",
+		"Σ resident ÷ Σ committed MiB over agents with a fresh heartbeat (MET-2).", nil, nil)
+	hbAgeDesc = prometheus.NewDesc("berth_agent_heartbeat_age_seconds",
+		"Seconds since each agent's last heartbeat (MET-5).", []string{"agent"}, nil)
+	agentsDesc = prometheus.NewDesc("berth_agents",
+		"Agents by status, derived stale, dead and quarantined included (MET-5).", []string{"status"}, nil)
+)
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ratioDesc
+	ch <- hbAgeDesc
+	ch <- agentsDesc
+}
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	agents, err := c.st.Agents(ctx)
+	if err != nil {
+		return
+	}
+	now := c.clock()
+	var used, committed float64
+	byStatus := map[string]int{}
+	for _, s := range []berth.AgentStatus{berth.AgentActive, berth.AgentDraining, berth.AgentStale, berth.AgentDead, berth.AgentQuarantined} {
+		byStatus[string(s)] = 0
+	}
+	for _, a := range agents {
+		age := now.Sub(a.LastSeen)
+		ch <- prometheus.MustNewConstMetric(hbAgeDesc, prometheus.GaugeValue, age.Seconds(), a.AgentID)
+		status := a.Status
+		switch {
+		case age >= c.deadAfter:
+			status = berth.AgentDead
+		case age >= c.staleAfter:
+			status = berth.AgentStale
+		case a.QuarantinedUntil.After(now):
+			status = berth.AgentQuarantined
+		}
+		byStatus[string(status)]++
+		if age < c.staleAfter {
+			used += float64(a.MemoryMiBUsed)
+			committed += float64(a.MemoryMiBCommitted)
+		}
+	}
+	ratio := 0.0
+	if committed > 0 {
+		ratio = used / committed
+	}
+	ch <- prometheus.MustNewConstMetric(ratioDesc, prometheus.GaugeValue, ratio)
+	for s, n := range byStatus {
+		ch <- prometheus.MustNewConstMetric(agentsDesc, prometheus.GaugeValue, float64(n), s)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -161,9 +162,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 			return berth.Errorf(berth.EUnavailable, "create abandoned: the client went away")
 		}
 		outcome = "created"
-		if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
-			if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
-				s.metrics.firstRefusal.Observe(d.Seconds())
+		// MET-4: time from the first (refused) attempt to this success, for creates that
+		// were refused at least once.
+		if n, _ := strconv.Atoi(r.Header.Get(berth.HeaderAttempt)); n > 1 {
+			if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
+				if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
+					s.metrics.firstRefusal.Observe(d.Seconds())
+				}
 			}
 		}
 		s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)

@@ -181,7 +181,7 @@ func New(cfg Config, st berth.Store) *Server {
 			log.Info("event", "at", e.At, "entity", e.Entity, "from", e.From, "to", e.To, "reason", e.Reason, "actor", e.Actor)
 		})
 	}
-	m := newMetrics(cfg.Registry, st)
+	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
 	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
 	return &Server{
 		cfg:       cfg,
