@@ -42,6 +42,9 @@ type HeldSandbox struct {
 	ResidentMiB int64  `json:"resident_mb"`
 	Measured    bool   `json:"measured"`
 	Starting    bool   `json:"starting,omitempty"`
+	// OOMKills counts processes the kernel OOM killer killed in the sandbox (C09); with
+	// ADM-9 working it stays 0.
+	OOMKills int64 `json:"oom_kills,omitempty"`
 }
 
 // EndedSandbox reports a sandbox the agent ended on its own (TTL, exit, eviction) so the

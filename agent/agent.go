@@ -22,8 +22,7 @@ import (
 	"github.com/berth-dev/berth/client"
 )
 
-// Runtime is what the agent needs from a runtime driver (AGT-3). Measure returns the
-// guest's working set in MiB, whether the measurement saw the guest, and whether it exited.
+// Runtime is what the agent needs from a runtime driver (AGT-3).
 type Runtime interface {
 	// Start starts a sandbox; volumeDir, when set, is the host directory of its volume.
 	Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error
@@ -31,7 +30,17 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error)
 	WriteFile(ctx context.Context, id, path string, data []byte) error
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
-	Measure(id string) (residentMiB int64, seen, exited bool, err error)
+	Measure(id string) (Measurement, error)
+}
+
+// Measurement is one reading of a guest (AGT-3): its working set in MiB, whether the reading
+// saw it (ADM-5), whether it exited, and how many of its processes the kernel OOM killer
+// killed so far (C09).
+type Measurement struct {
+	ResidentMiB int64
+	Seen        bool
+	Exited      bool
+	OOMKills    int64
 }
 
 // Config is the agent's configuration; cmd/berth fills it from flags (DefaultConfig first).
@@ -61,6 +70,12 @@ type Config struct {
 	// VolumeDir holds volumes, durable and pinned to this host (POOL-2, POOL-4): never under
 	// a cache directory, never removed when a sandbox ends. "" refuses volume creates.
 	VolumeDir string
+	// EvictFloorMiB and EvictPressure are the critical lines of ADM-9: when the host's
+	// available memory (total − Σ resident) stays under the floor, or pressure above the
+	// line, for two measurements in a row, the agent evicts stateless sandboxes (defaults:
+	// 5 % of total, at least 64 MiB; 40 %).
+	EvictFloorMiB int64
+	EvictPressure float64
 	// Pressure is the ADM-8 gate's lines and hold (default close 10 %, open 2 %, hold 15 s);
 	// PressureSource reads the host's memory pressure (default ProcPressure).
 	Pressure       admission.PressureGate
@@ -85,6 +100,7 @@ func DefaultConfig() Config {
 		Listen:            "127.0.0.1:0",
 		Version:           "dev",
 		Pressure:          admission.DefaultPressureGate(),
+		EvictPressure:     40,
 	}
 }
 
@@ -95,6 +111,7 @@ type guest struct {
 	started    bool
 	resident   int64
 	measured   bool // a measurement saw it, or its reserve expired (ADM-5)
+	oomKills   int64
 }
 
 // Agent is one host agent. Create it with New, then Run it.
@@ -112,6 +129,7 @@ type Agent struct {
 	draining                  bool
 	measureErrs               int64
 	pressure                  float64
+	criticalTicks             int                    // consecutive measurements past the ADM-9 line
 	gate                      admission.PressureGate // ADM-8 hysteresis over pressure
 	cpuUsed                   float64
 	lastCPUBusy, lastCPUTotal uint64
@@ -155,6 +173,12 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = def.Listen
+	}
+	if cfg.EvictFloorMiB <= 0 {
+		cfg.EvictFloorMiB = max(cfg.MemoryMiB/20, 64)
+	}
+	if cfg.EvictPressure <= 0 {
+		cfg.EvictPressure = def.EvictPressure
 	}
 	if cfg.Pressure.Close <= 0 {
 		cfg.Pressure = def.Pressure

@@ -40,10 +40,10 @@ func (f *fakeRuntime) Exec(ctx context.Context, id string, req berth.ExecRequest
 }
 func (f *fakeRuntime) WriteFile(ctx context.Context, id, path string, data []byte) error { return nil }
 func (f *fakeRuntime) ReadFile(ctx context.Context, id, path string) ([]byte, error)     { return nil, nil }
-func (f *fakeRuntime) Measure(id string) (int64, bool, bool, error) {
+func (f *fakeRuntime) Measure(id string) (Measurement, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.resident[id], f.seen, false, nil
+	return Measurement{ResidentMiB: f.resident[id], Seen: f.seen}, nil
 }
 
 func newTestAgent(t *testing.T, mode string, memMiB int64, rt *fakeRuntime) *Agent {
@@ -331,5 +331,45 @@ func TestADM8_PressureClosesIntake(t *testing.T) {
 	}
 	if err := create(a, "s1", 512); err != nil {
 		t.Fatalf("create after reopening: %v", err)
+	}
+}
+
+// TestADM9_EvictsLargestStatelessFirst: past the critical line for two measurements the
+// agent evicts the stateless sandbox with the largest working set, one per measurement,
+// never the stateful one, and stops once memory is back above the floor.
+func TestADM9_EvictsLargestStatelessFirst(t *testing.T) {
+	rt := &fakeRuntime{resident: map[string]int64{"stateful": 1000, "small": 300, "big": 500}, seen: true}
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = "a1", berth.AdmissionNone, 2048, 0
+	cfg.EvictFloorMiB = 400
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.PressureSource = func() (float64, bool) { return 0, true }
+	a, err := New(cfg, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.ln.Close() })
+	for _, id := range []string{"stateful", "small", "big"} {
+		if err := a.Create(context.Background(), berth.AgentCreate{ID: id, MemoryMiB: 1024, Stateful: id == "stateful", ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now()
+	a.measureOnce(context.Background(), t0) // available 248 MiB < 400: first critical reading
+	if hb := a.Heartbeat(t0); len(hb.Ended) != 0 {
+		t.Fatalf("evicted on one reading: %+v (one bad sample must not evict, C07)", hb.Ended)
+	}
+	a.measureOnce(context.Background(), t0.Add(time.Second))
+	a.measureOnce(context.Background(), t0.Add(2*time.Second)) // available 748 MiB: calm
+	hb := a.Heartbeat(t0.Add(2 * time.Second))
+	if len(hb.Ended) != 1 || hb.Ended[0].ID != "big" || hb.Ended[0].State != berth.SandboxEvicted {
+		t.Fatalf("ended %+v, want only the largest stateless sandbox evicted", hb.Ended)
+	}
+	held := map[string]bool{}
+	for _, s := range hb.Sandboxes {
+		held[s.ID] = true
+	}
+	if !held["stateful"] || !held["small"] || held["big"] {
+		t.Fatalf("held %v, want stateful and small kept", held)
 	}
 }

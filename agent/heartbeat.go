@@ -53,7 +53,7 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		// same heartbeat that starts counting it (LED-4: never counted twice for longer).
 		// A guest still starting says so: the store must not call it running yet.
 		hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident,
-			Measured: g.measured, Starting: !g.started})
+			Measured: g.measured, Starting: !g.started, OOMKills: g.oomKills})
 	}
 	return hb
 }

@@ -162,26 +162,33 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 			a.end(ctx, j.id, berth.SandboxStopped, "ttl", now)
 			continue
 		}
-		res, seen, exited, err := a.rt.Measure(j.id)
+		m, err := a.rt.Measure(j.id)
 		if err != nil {
 			a.log.Warn("measure", "sandbox", j.id, "err", err)
 			continue
 		}
-		if exited {
-			a.end(ctx, j.id, berth.SandboxFailed, "sandbox init exited", now)
+		if m.Exited {
+			reason := "sandbox init exited"
+			if m.OOMKills > 0 {
+				reason = "killed by the kernel OOM killer"
+			}
+			a.end(ctx, j.id, berth.SandboxFailed, reason, now)
 			continue
 		}
-		clamped, bad := admission.ClampResident(res, a.cfg.MemoryMiB)
+		clamped, bad := admission.ClampResident(m.ResidentMiB, a.cfg.MemoryMiB)
 		a.mu.Lock()
 		if g, ok := a.guests[j.id]; ok {
 			if bad {
 				// C07: an impossible reading is clamped and counted, never trusted.
 				a.measureErrs++
 				a.log.Warn("resident reading out of range; clamped", "sandbox", j.id,
-					"resident_mb", res, "clamped_mb", clamped)
+					"resident_mb", m.ResidentMiB, "clamped_mb", clamped)
 			}
-			g.resident = clamped
-			if seen || now.Sub(g.admittedAt) >= a.cfg.ReserveTTL {
+			if m.OOMKills > g.oomKills {
+				a.log.Error("kernel OOM killer struck inside a sandbox (C09)", "sandbox", j.id, "oom_kills", m.OOMKills)
+			}
+			g.resident, g.oomKills = clamped, m.OOMKills
+			if m.Seen || now.Sub(g.admittedAt) >= a.cfg.ReserveTTL {
 				g.measured = true
 			}
 		}
@@ -189,6 +196,53 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	}
 	a.sampleCPU()
 	a.samplePressure(now)
+	a.evictIfCritical(ctx, now)
+}
+
+// evictIfCritical is ADM-9: when the host's available memory (total − Σ resident) has been
+// under the floor, or pressure over the critical line, for two measurements in a row, it
+// evicts one stateless sandbox — the one with the largest working set, which frees the most
+// memory for the fewest victims (ties: the youngest, which has done the least work). One
+// victim per measurement, so the next reading judges whether more are needed and one bad
+// sample can never start an eviction storm (C07). Stateful sandboxes are never victims.
+func (a *Agent) evictIfCritical(ctx context.Context, now time.Time) {
+	a.mu.Lock()
+	var used int64
+	for _, g := range a.guests {
+		used += g.resident
+	}
+	avail := a.cfg.MemoryMiB - used
+	critical := avail < a.cfg.EvictFloorMiB || a.pressure > a.cfg.EvictPressure
+	if !critical {
+		a.criticalTicks = 0
+		a.mu.Unlock()
+		return
+	}
+	a.criticalTicks++
+	if a.criticalTicks < 2 {
+		a.mu.Unlock()
+		return
+	}
+	var victim *guest
+	for _, g := range a.guests {
+		if !g.started || g.spec.Stateful {
+			continue
+		}
+		if victim == nil || g.resident > victim.resident ||
+			(g.resident == victim.resident && g.admittedAt.After(victim.admittedAt)) {
+			victim = g
+		}
+	}
+	pressure := a.pressure
+	a.mu.Unlock()
+	if victim == nil {
+		a.log.Error("memory critical but no stateless sandbox to evict", "available_mb", avail, "pressure", pressure)
+		return
+	}
+	reason := fmt.Sprintf("memory critical (available %d MiB, floor %d MiB, pressure %.1f%%): evicted the largest stateless sandbox (%d MiB)",
+		avail, a.cfg.EvictFloorMiB, pressure, victim.resident)
+	a.log.Warn("evicting (ADM-9)", "sandbox", victim.spec.ID, "reason", reason)
+	a.end(ctx, victim.spec.ID, berth.SandboxEvicted, reason, now)
 }
 
 // end stops a guest the agent decided to end and queues the transition for the next

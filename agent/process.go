@@ -25,7 +25,7 @@ func (p processRuntime) WriteFile(ctx context.Context, id, path string, data []b
 func (p processRuntime) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
 	return p.r.ReadFile(ctx, id, path)
 }
-func (p processRuntime) Measure(id string) (int64, bool, bool, error) {
+func (p processRuntime) Measure(id string) (Measurement, error) {
 	m, err := p.r.Measure(id)
-	return m.ResidentMiB, m.Seen, m.Exited, err
+	return Measurement{ResidentMiB: m.ResidentMiB, Seen: m.Seen, Exited: m.Exited, OOMKills: m.OOMKills}, err
 }

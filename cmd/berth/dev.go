@@ -33,6 +33,7 @@ type devConfig struct {
 	StaleAfter        time.Duration
 	ReservationTTL    time.Duration
 	DrainDeadline     time.Duration
+	EvictFloorMiB     int64
 	Isolate           string
 	Logger            *slog.Logger
 }
@@ -91,6 +92,7 @@ func newDevCmd() *cobra.Command {
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry and reserve TTL (ADM-5, LED-2)")
 	f.StringVar(&cfg.Isolate, "isolate", cfg.Isolate, "sandbox isolation: auto, on or off")
+	f.Int64Var(&cfg.EvictFloorMiB, "evict-floor-mb", 0, "evict stateless sandboxes when an agent's available memory stays under this, MiB (ADM-9; default 5 % of its budget)")
 	return cmd
 }
 
@@ -186,6 +188,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		acfg.MeasureInterval = min(time.Second, cfg.HeartbeatInterval)
 		acfg.ReserveTTL = cfg.ReservationTTL
 		acfg.VolumeDir = filepath.Join(data, "volumes", id) // beside, never under, the sandboxes' directory
+		acfg.EvictFloorMiB = cfg.EvictFloorMiB
 		acfg.ServerURL = s.URL
 		acfg.NodeToken = nodeToken
 		acfg.Logger = cfg.Logger

@@ -315,3 +315,56 @@ func TestADM11_TenantQuota(t *testing.T) {
 		t.Fatalf("create after a sandbox ended: %v", err)
 	}
 }
+
+// TestADM9_EvictionBeforeTheOOMKiller: on real process sandboxes in working-set mode, memory
+// grows until the host's available memory crosses the critical line; the agent evicts the
+// largest stateless sandbox, leaves the stateful one untouched, records the eviction as an
+// event, and the kernel OOM killer kills nothing (the cgroups' oom_kill counters stay 0).
+func TestADM9_EvictionBeforeTheOOMKiller(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) {
+		c.Admission, c.AgentMemoryMiB, c.HeadroomMiB, c.EvictFloorMiB = berth.AdmissionWorkingSet, 2048, 0, 1000
+	})
+	ctx := context.Background()
+	c := adminClient(st)
+	grow := func(id string, mib int) {
+		t.Helper()
+		_, err := c.Exec(ctx, id, berth.ExecRequest{Cmd: []string{"sh", "-c",
+			fmt.Sprintf(`python3 -c "b=bytes(range(256))*(%d*4096); import time; time.sleep(600)" >/dev/null 2>&1 &`, mib)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateful, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "python", Stateful: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grow(stateful.ID, 400)
+	grow(small.ID, 300)
+	grow(big.ID, 450) // together ~1,150 MiB of 2,048: available under the 1,000 MiB floor
+	waitFor(t, 60*time.Second, "the largest stateless sandbox evicted", func() (bool, string) {
+		sb, err := c.Sandbox(ctx, big.ID)
+		return err == nil && sb.State == berth.SandboxEvicted, fmt.Sprint(sb.State, err)
+	})
+	for _, id := range []string{stateful.ID, small.ID} {
+		if sb, err := c.Sandbox(ctx, id); err != nil || sb.State != berth.SandboxRunning {
+			t.Fatalf("%s after the eviction: %+v, %v; want running", id, sb.State, err)
+		}
+	}
+	evs, err := c.Events(ctx, "sandbox/"+big.ID)
+	if err != nil || evs[len(evs)-1].To != "evicted" || !strings.Contains(evs[len(evs)-1].Reason, "memory critical") {
+		t.Fatalf("eviction event: %+v, %v", evs, err)
+	}
+	for _, h := range agentByID(t, c, "dev-agent-1").Sandboxes {
+		if h.OOMKills != 0 {
+			t.Fatalf("the kernel OOM killer killed in %s: %d", h.ID, h.OOMKills)
+		}
+	}
+}

@@ -496,7 +496,7 @@ func (r *failingRuntime) WriteFile(context.Context, string, string, []byte) erro
 func (r *failingRuntime) ReadFile(context.Context, string, string) ([]byte, error) {
 	return nil, errors.New("broken")
 }
-func (r *failingRuntime) Measure(string) (int64, bool, bool, error) { return 0, false, false, nil }
+func (r *failingRuntime) Measure(string) (agent.Measurement, error) { return agent.Measurement{}, nil }
 
 // TestCase_C19_RealAgentQuarantined: a real agent whose runtime fails every create is
 // quarantined after 3 failures while a healthy host takes the creates (PLC-9).

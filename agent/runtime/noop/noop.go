@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
 )
 
 // Runtime is the no-op runtime. The zero value is ready to use.
@@ -50,11 +51,11 @@ func (r *Runtime) WriteFile(context.Context, string, string, []byte) error { ret
 func (r *Runtime) ReadFile(context.Context, string, string) ([]byte, error) { return nil, errNoop }
 
 // Measure reports a held guest as seen with 0 MiB resident.
-func (r *Runtime) Measure(id string) (int64, bool, bool, error) {
+func (r *Runtime) Measure(id string) (agent.Measurement, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.held[id] {
-		return 0, false, true, nil
+		return agent.Measurement{Exited: true}, nil
 	}
-	return 0, true, false, nil
+	return agent.Measurement{Seen: true}, nil
 }

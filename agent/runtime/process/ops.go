@@ -3,7 +3,10 @@ package process
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/berth-dev/berth"
 )
@@ -106,6 +109,7 @@ type Measurement struct {
 	ResidentMiB int64
 	Seen        bool
 	Exited      bool
+	OOMKills    int64 // processes the kernel OOM killer killed in the sandbox's cgroup (C09)
 }
 
 // Measure reads the sandbox's resident memory. With isolation it is the cgroup's working set,
@@ -151,5 +155,26 @@ func (r *Runtime) Measure(id string) (Measurement, error) {
 	}
 	m.ResidentMiB = workingSetMiB(usage, inactive)
 	m.Seen = len(pids) > 0 && usage > 0
+	m.OOMKills = cgroupOOMKills(sb.cgroup, r.cg.v2)
 	return m, nil
+}
+
+// cgroupOOMKills returns how many processes the kernel OOM killer killed in the cgroup:
+// "oom_kill" of v1 memory.oom_control or v2 memory.events (C09). 0 when unreadable.
+func cgroupOOMKills(dir string, v2 bool) int64 {
+	file := "memory.oom_control"
+	if v2 {
+		file = "memory.events"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
