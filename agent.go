@@ -172,3 +172,23 @@ type DrainRemain struct {
 	ID    string       `json:"id"`
 	State SandboxState `json:"state"`
 }
+
+// NewOOMKills compares two heartbeats' held sandboxes and returns, per sandbox, how many
+// more processes the kernel OOM killer killed since the earlier one (C09). Stores turn each
+// into an event.
+func NewOOMKills(before, now []HeldSandbox) map[string]int64 {
+	old := make(map[string]int64, len(before))
+	for _, h := range before {
+		old[h.ID] = h.OOMKills
+	}
+	var grew map[string]int64
+	for _, h := range now {
+		if d := h.OOMKills - old[h.ID]; d > 0 {
+			if grew == nil {
+				grew = map[string]int64{}
+			}
+			grew[h.ID] = d
+		}
+	}
+	return grew
+}

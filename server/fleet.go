@@ -148,6 +148,9 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, berth.Errorf(berth.EUnavailable, "record heartbeat: %v", err))
 		return
 	}
+	for _, e := range hb.Ended {
+		s.metrics.ended.WithLabelValues(string(e.State)).Inc()
+	}
 	if a, err := s.store.Agent(r.Context(), hb.AgentID); err == nil {
 		s.sched.observe(a)
 	}
@@ -463,6 +466,7 @@ func (s *Server) checkQuota(ctx context.Context, tenant string, memMiB int64) er
 		return berth.Errorf(berth.EUnavailable, "read usage: %v", err)
 	}
 	if !q.Allows(n, mem, memMiB) {
+		s.metrics.refusals.WithLabelValues(berth.ETenantOverQuota).Inc() // MET-1
 		return overQuota(tenant, q, n, mem)
 	}
 	return nil

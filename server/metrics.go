@@ -16,6 +16,7 @@ type metrics struct {
 	createSecond *prometheus.HistogramVec // MET-5: by outcome
 	expirations  prometheus.Counter       // LED-2
 	firstRefusal prometheus.Histogram     // MET-4: first attempt → success of retried creates
+	ended        *prometheus.CounterVec   // MET-5: sandboxes the agents ended, by state (evicted, failed, stopped…)
 }
 
 func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter time.Duration, clock func() time.Time) *metrics {
@@ -34,12 +35,25 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 		expirations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "berth_ledger_expirations_total", Help: "Reservations released by TTL instead of a release path (LED-2).",
 		}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_agent_ended_sandboxes_total", Help: "Sandboxes agents ended on their own, by final state: evicted (ADM-9), failed (init died, OOM), stopped (TTL).",
+		}, []string{"state"}),
 		firstRefusal: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "berth_api_time_to_success_seconds", Help: "Time from a create's first attempt to its success (MET-4).",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
 		}),
 	}
-	reg.MustRegister(m.refusals, m.pickSeconds, m.createSecond, m.expirations, m.firstRefusal,
+	// Every series present at 0 from the start, so rates and alerts work before the first event.
+	for _, st := range []berth.SandboxState{berth.SandboxEvicted, berth.SandboxFailed, berth.SandboxStopped} {
+		m.ended.WithLabelValues(string(st))
+	}
+	for _, code := range []string{berth.ENoCapacity, berth.ENoHealthyAgents, berth.EHostStartsSaturated} {
+		m.refusals.WithLabelValues(code)
+	}
+	for _, outcome := range []string{"created", "replayed", berth.ENoCapacity, berth.ENoHealthyAgents} {
+		m.createSecond.WithLabelValues(outcome)
+	}
+	reg.MustRegister(m.refusals, m.pickSeconds, m.createSecond, m.expirations, m.firstRefusal, m.ended,
 		&ledgerCollector{st: st}, &fleetCollector{st: st, staleAfter: staleAfter, deadAfter: deadAfter, clock: clock})
 	return m
 }
@@ -91,12 +105,18 @@ var (
 		"Seconds since each agent's last heartbeat (MET-5).", []string{"agent"}, nil)
 	agentsDesc = prometheus.NewDesc("berth_agents",
 		"Agents by status, derived stale, dead and quarantined included (MET-5).", []string{"status"}, nil)
+	oomDesc = prometheus.NewDesc("berth_agent_oom_kills",
+		"Processes the kernel OOM killer killed in the sandboxes an agent holds (C09; ADM-9 keeps it at 0).", []string{"agent"}, nil)
+	measureErrDesc = prometheus.NewDesc("berth_agent_measurement_errors",
+		"Resident readings an agent clamped into [0, total] (C07).", []string{"agent"}, nil)
 )
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ratioDesc
 	ch <- hbAgeDesc
 	ch <- agentsDesc
+	ch <- oomDesc
+	ch <- measureErrDesc
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -115,6 +135,12 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range agents {
 		age := now.Sub(a.LastSeen)
 		ch <- prometheus.MustNewConstMetric(hbAgeDesc, prometheus.GaugeValue, age.Seconds(), a.AgentID)
+		var ooms int64
+		for _, h := range a.Sandboxes {
+			ooms += h.OOMKills
+		}
+		ch <- prometheus.MustNewConstMetric(oomDesc, prometheus.GaugeValue, float64(ooms), a.AgentID)
+		ch <- prometheus.MustNewConstMetric(measureErrDesc, prometheus.GaugeValue, float64(a.MeasurementErrors), a.AgentID)
 		status := a.Status
 		switch {
 		case age >= c.deadAfter:

@@ -351,19 +351,19 @@ func TestE2E_SDKWaitsForTTL(t *testing.T) {
 		c.Admission, c.AgentMemoryMiB, c.HeadroomMiB = berth.AdmissionCommitted, 1024, 0
 	})
 	ctx := context.Background()
-	for _, ttl := range []int{3, 3600} {
+	for _, ttl := range []int{5, 3600} {
 		code, _, _, e := rawCreate(t, st, fmt.Sprintf(`{"template":"python","ttl_seconds":%d}`, ttl))
 		if code != http.StatusCreated {
 			t.Fatalf("fill: %d %+v", code, e)
 		}
 	}
-	// API-3: the refusal's Retry-After comes from the TTL ending in ~3 s (plus a heartbeat).
+	// API-3: the refusal's Retry-After comes from the TTL ending in ~5 s (plus a heartbeat).
 	code, h, _, e := rawCreate(t, st, `{"template":"python"}`)
 	if code != http.StatusServiceUnavailable || e.Code != berth.ENoCapacity {
 		t.Fatalf("full fleet: %d %+v", code, e)
 	}
 	if ra, err := strconv.Atoi(h.Get("Retry-After")); err != nil || ra < 1 || ra > 10 {
-		t.Fatalf("Retry-After %q with a TTL ending in about 3 s, want 1..10 s", h.Get("Retry-After"))
+		t.Fatalf("Retry-After %q with a TTL ending in about 5 s, want 1..10 s", h.Get("Retry-After"))
 	}
 	ct := &countingTransport{}
 	c := adminClient(st, client.WithHTTPClient(&http.Client{Transport: ct}), client.WithDeadline(60*time.Second))

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,11 +107,42 @@ func TestMET_MetricsMatchTheRun(t *testing.T) {
 		{"berth_agent_heartbeat_age_seconds", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v >= 0 && v < 30 }, "a fresh heartbeat"},
 		{"berth_agents", map[string]string{"status": "active"}, func(v float64) bool { return v == 1 }, "one active agent"},
 		{"berth_agents", map[string]string{"status": "stale"}, func(v float64) bool { return v == 0 }, "no stale agent"},
+		{"berth_agent_ended_sandboxes_total", map[string]string{"state": "stopped"}, func(v float64) bool { return v >= 1 }, "the TTL stop"},
+		{"berth_agent_ended_sandboxes_total", map[string]string{"state": "evicted"}, func(v float64) bool { return v == 0 }, "no eviction"},
+		{"berth_agent_oom_kills", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v == 0 }, "no OOM kill"},
+		{"berth_agent_measurement_errors", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v == 0 }, "no clamped reading"},
 	}
 	for _, ck := range checks {
 		v, ok := value(fams, ck.name, ck.labels)
 		if !ok || !ck.want(v) {
 			t.Errorf("%s%v = %v (present %v), want %s", ck.name, ck.labels, v, ok, ck.what)
+		}
+	}
+}
+
+// TestDeployFilesNameRealMetrics: every berth_* series the shipped Grafana dashboard and
+// Prometheus alert rules query is one the server exports, so they cannot silently rot.
+func TestDeployFilesNameRealMetrics(t *testing.T) {
+	st := bootDev(t, nil)
+	fams := scrape(t, st)
+	re := regexp.MustCompile(`berth_[a-z_]+`)
+	for _, file := range []string{"../../deploy/grafana-dashboard.json", "../../deploy/prometheus-alerts.yml"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := re.FindAllString(string(b), -1)
+		if len(names) == 0 {
+			t.Fatalf("%s queries no berth metric", file)
+		}
+		for _, n := range names {
+			base := n
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				base = strings.TrimSuffix(base, suffix)
+			}
+			if _, ok := fams[base]; !ok {
+				t.Errorf("%s queries %s, which the server does not export", file, n)
+			}
 		}
 	}
 }

@@ -56,8 +56,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var oldStatus, oldBoot, drain string
 		var oldAt sql.NullInt64
-		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason, heartbeat_at FROM agents WHERE id = ?`, hb.AgentID).
-			Scan(&oldStatus, &oldBoot, &drain, &oldAt)
+		var oldHeld sql.NullString
+		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason, heartbeat_at, sandboxes FROM agents WHERE id = ?`, hb.AgentID).
+			Scan(&oldStatus, &oldBoot, &drain, &oldAt, &oldHeld)
 		known := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlite: heartbeat of %q: %w", hb.AgentID, err)
@@ -66,6 +67,11 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
 			// POST was slow). Its figures are out of date; only its ended list is news.
 			return applyEnded(ctx, tx, hb, actor, now)
+		}
+		if known && oldBoot == hb.BootID {
+			if err := oomEvents(ctx, tx, []byte(oldHeld.String), hb, actor, now); err != nil {
+				return err
+			}
 		}
 		status := reported
 		if drain != "" {
@@ -443,4 +449,20 @@ func (s *Store) RecordCreateOutcome(ctx context.Context, id string, failed bool,
 		s.watch.notify(id)
 	}
 	return s.Agent(ctx, id)
+}
+
+// oomEvents writes an event for every sandbox in which the kernel OOM killer struck since the
+// agent's previous heartbeat (C09): the sandbox may live on, but it must not go unseen.
+func oomEvents(ctx context.Context, tx *sql.Tx, oldHeld []byte, hb berth.Heartbeat, actor string, now time.Time) error {
+	var before []berth.HeldSandbox
+	if len(oldHeld) > 0 {
+		_ = json.Unmarshal(oldHeld, &before) // an unreadable old list only means no baseline
+	}
+	for id, n := range berth.NewOOMKills(before, hb.Sandboxes) {
+		if err := insertEvent(ctx, tx, berth.Event{At: now, Entity: "sandbox/" + id, From: string(berth.SandboxRunning),
+			To: "oom_kill", Reason: fmt.Sprintf("the kernel OOM killer killed %d process(es) in it", n), Actor: actor}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -385,3 +385,19 @@ func testCreateOutcome(t *testing.T, s berth.Store) {
 		t.Fatalf("unknown agent: %v", err)
 	}
 }
+
+// testOOMEvents: a heartbeat whose sandbox reports more OOM kills than the previous one
+// writes an event for it (C09); an unchanged count writes nothing.
+func testOOMEvents(t *testing.T, s berth.Store) {
+	hb := heartbeat("a1", 2048)
+	hb.BootID = "b1"
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1"}}
+	mustHeartbeat(t, s, hb, T0)
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", OOMKills: 2}}
+	mustHeartbeat(t, s, hb, at(time.Second))
+	mustHeartbeat(t, s, hb, at(2*time.Second)) // same count: nothing new
+	evs, err := s.Events(t.Context(), berth.EventFilter{Entity: "sandbox/sb-1"})
+	if err != nil || len(evs) != 1 || evs[0].To != "oom_kill" || !evs[0].At.Equal(at(time.Second)) {
+		t.Fatalf("OOM events: %+v, %v; want one at the heartbeat that reported the kills", evs, err)
+	}
+}

@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"LogEvents", one(testLogEvents)},
 		{"PinVolume", one(testPinVolume)},
 		{"Quota", one(testQuota)},
+		{"OOMEvents", one(testOOMEvents)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},
