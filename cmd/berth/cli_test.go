@@ -87,3 +87,30 @@ func TestCLI_SandboxLifecycle(t *testing.T) {
 		t.Fatalf("unknown template: %v (code %s, exit %d)", err, code, exitCode(err))
 	}
 }
+
+// TestPLAN1_BerthPlan: `berth plan` reproduces the worked example of PLAN-1.
+func TestPLAN1_BerthPlan(t *testing.T) {
+	run := func(args ...string) string {
+		var out, errOut bytes.Buffer
+		if err := Main(context.Background(), append([]string{"plan"}, args...), strings.NewReader(""), &out, &errOut); err != nil {
+			t.Fatalf("berth plan %v: %v", args, err)
+		}
+		return out.String()
+	}
+	out := run("--memory-mb", "4096", "--notice", "30s", "--link-gbps", "1", "--guests", "20", "--authoritative", "inside")
+	for _, want := range []string{"136.5 MiB/s", "0 of 20", "pool", "stateful"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("30 s notice: output lacks %q:\n%s", want, out)
+		}
+	}
+	out = run("--memory-mb", "4096", "--notice", "2m", "--link-gbps", "1", "--guests", "20")
+	for _, want := range []string{"34.1 MiB/s", "3 of 20", "ephemeral"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("2 min notice: output lacks %q:\n%s", want, out)
+		}
+	}
+	var out2, errOut bytes.Buffer
+	if err := Main(context.Background(), []string{"plan", "--memory-mb", "0"}, strings.NewReader(""), &out2, &errOut); exitCode(err) != 2 {
+		t.Fatalf("bad input: %v (exit %d), want an invalid request", err, exitCode(err))
+	}
+}
