@@ -1,0 +1,127 @@
+package evacuate
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+)
+
+// DefaultChunkSize is the chunk size of memory images: 1 MiB (SPOT-4).
+const DefaultChunkSize = 1 << 20
+
+// Manifest describes a memory image stored as fixed-size chunks (SPOT-4): Chunks[i] is the
+// content hash of chunk i, or "" for a chunk of zeros, which is neither stored nor fetched.
+type Manifest struct {
+	Size      int64    `json:"size"`
+	ChunkSize int      `json:"chunk_size"`
+	Chunks    []string `json:"chunks"`
+}
+
+// ChunkStats counts what a write or read moved: bytes and chunks stored (or fetched), and
+// zero chunks skipped.
+type ChunkStats struct {
+	BytesMoved  int64
+	ChunksMoved int
+	ZeroChunks  int
+}
+
+// WriteImage stores size bytes from r under name in bucket as chunks plus a manifest
+// (<name>/manifest.json, chunks content-addressed under chunks/<sha256>, so equal chunks are
+// stored once). Zero chunks are not stored. The bucket is any gocloud.dev/blob bucket:
+// file:// by default, s3://, gs:// or azblob:// by URL. Errors: a short read or the store's.
+func WriteImage(ctx context.Context, bucket *blob.Bucket, name string, r io.Reader, size int64, chunkSize int) (Manifest, ChunkStats, error) {
+	if chunkSize <= 0 {
+		chunkSize = DefaultChunkSize
+	}
+	m := Manifest{Size: size, ChunkSize: chunkSize}
+	var st ChunkStats
+	buf := make([]byte, chunkSize)
+	for off := int64(0); off < size; off += int64(chunkSize) {
+		n := int(min(int64(chunkSize), size-off))
+		if _, err := io.ReadFull(r, buf[:n]); err != nil {
+			return m, st, fmt.Errorf("evacuate: read image %s at %d: %w", name, off, err)
+		}
+		if isZero(buf[:n]) {
+			m.Chunks = append(m.Chunks, "")
+			st.ZeroChunks++
+			continue
+		}
+		sum := sha256.Sum256(buf[:n])
+		key := "chunks/" + hex.EncodeToString(sum[:])
+		m.Chunks = append(m.Chunks, key)
+		if ok, err := bucket.Exists(ctx, key); err != nil {
+			return m, st, fmt.Errorf("evacuate: chunk %s: %w", key, err)
+		} else if ok {
+			continue
+		}
+		if err := bucket.WriteAll(ctx, key, buf[:n], nil); err != nil {
+			return m, st, fmt.Errorf("evacuate: write chunk %s: %w", key, err)
+		}
+		st.BytesMoved += int64(n)
+		st.ChunksMoved++
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return m, st, err
+	}
+	if err := bucket.WriteAll(ctx, name+"/manifest.json", b, nil); err != nil {
+		return m, st, fmt.Errorf("evacuate: write manifest of %s: %w", name, err)
+	}
+	return m, st, nil
+}
+
+// ReadImage restores the image stored under name into w, fetching only non-zero chunks and
+// writing zeros for the rest. Errors: no such image (wraps ErrNoImage), a damaged manifest or
+// chunk, or the writer's.
+func ReadImage(ctx context.Context, bucket *blob.Bucket, name string, w io.Writer) (Manifest, ChunkStats, error) {
+	var m Manifest
+	var st ChunkStats
+	b, err := bucket.ReadAll(ctx, name+"/manifest.json")
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return m, st, fmt.Errorf("evacuate: image %s: %w", name, ErrNoImage)
+	}
+	if err != nil {
+		return m, st, fmt.Errorf("evacuate: manifest of %s: %w", name, err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.ChunkSize <= 0 || m.Size < 0 ||
+		int64(len(m.Chunks)) != (m.Size+int64(m.ChunkSize)-1)/int64(m.ChunkSize) {
+		return m, st, fmt.Errorf("evacuate: manifest of %s is damaged", name)
+	}
+	zeros := make([]byte, m.ChunkSize)
+	for i, key := range m.Chunks {
+		n := int(min(int64(m.ChunkSize), m.Size-int64(i)*int64(m.ChunkSize)))
+		chunk := zeros[:n]
+		if key == "" {
+			st.ZeroChunks++
+		} else {
+			if chunk, err = bucket.ReadAll(ctx, key); err != nil {
+				return m, st, fmt.Errorf("evacuate: chunk %d of %s: %w", i, name, err)
+			}
+			if len(chunk) != n {
+				return m, st, fmt.Errorf("evacuate: chunk %d of %s has %d bytes, want %d", i, name, len(chunk), n)
+			}
+			st.BytesMoved += int64(n)
+			st.ChunksMoved++
+		}
+		if _, err := w.Write(chunk); err != nil {
+			return m, st, fmt.Errorf("evacuate: restore %s: %w", name, err)
+		}
+	}
+	return m, st, nil
+}
+
+// ErrNoImage is returned (wrapped) by ReadImage for an image that was never written.
+var ErrNoImage = errors.New("no such image")
+
+func isZero(b []byte) bool {
+	// bytes.Count of a zero byte is vectorised; equal length means all zero.
+	return bytes.Count(b, []byte{0}) == len(b)
+}
