@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/preempt"
 )
 
 // Runtime is what the agent needs from a runtime driver (AGT-3).
@@ -76,6 +77,11 @@ type Config struct {
 	// 5 % of total, at least 64 MiB; 40 %).
 	EvictFloorMiB int64
 	EvictPressure float64
+	// Notices watches the cloud for preemption notices (SPOT-1); nil means none. A notice
+	// cordons the host at once (SPOT-2); a soft one (AWS rebalance) cordons it for
+	// SoftCordon (default 30 min) and then lets it back into service (C15).
+	Notices    preempt.Watcher
+	SoftCordon time.Duration
 	// Pressure is the ADM-8 gate's lines and hold (default close 10 %, open 2 %, hold 15 s);
 	// PressureSource reads the host's memory pressure (default ProcPressure).
 	Pressure       admission.PressureGate
@@ -101,6 +107,7 @@ func DefaultConfig() Config {
 		Version:           "dev",
 		Pressure:          admission.DefaultPressureGate(),
 		EvictPressure:     40,
+		SoftCordon:        30 * time.Minute,
 	}
 }
 
@@ -130,6 +137,9 @@ type Agent struct {
 	measureErrs               int64
 	pressure                  float64
 	criticalTicks             int                    // consecutive measurements past the ADM-9 line
+	notices                   map[string]bool        // notice ids already acted on (C13)
+	hardNotice                bool                   // a real interruption is coming: no soft cordon expiry
+	softUntil                 time.Time              // end of a soft cordon (C15); zero when none
 	gate                      admission.PressureGate // ADM-8 hysteresis over pressure
 	cpuUsed                   float64
 	lastCPUBusy, lastCPUTotal uint64
@@ -176,6 +186,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	}
 	if cfg.EvictFloorMiB <= 0 {
 		cfg.EvictFloorMiB = max(cfg.MemoryMiB/20, 64)
+	}
+	if cfg.SoftCordon <= 0 {
+		cfg.SoftCordon = def.SoftCordon
 	}
 	if cfg.EvictPressure <= 0 {
 		cfg.EvictPressure = def.EvictPressure
@@ -230,6 +243,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); a.measureLoop(ctx) }()
 	go func() { defer wg.Done(); a.heartbeatLoop(ctx) }()
+	if a.cfg.Notices != nil {
+		notices := make(chan preempt.Notice, 16)
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = a.cfg.Notices.Watch(ctx, notices) }()
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case n := <-notices:
+					a.HandleNotice(n, time.Now())
+				}
+			}
+		}()
+	}
 	a.log.Info("agent up", "address", a.addr, "admission", a.cfg.Admission,
 		"memory_mb", a.cfg.MemoryMiB, "headroom_mb", a.cfg.HeadroomMiB)
 	var err error

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/preempt"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -371,5 +372,36 @@ func TestADM9_EvictsLargestStatelessFirst(t *testing.T) {
 	}
 	if !held["stateful"] || !held["small"] || held["big"] {
 		t.Fatalf("held %v, want stateful and small kept", held)
+	}
+}
+
+// TestSPOT2_NoticeCordonsOnce: a notice cordons at once; the same notice again changes
+// nothing (C13); a soft rebalance notice cordons only until its expiry, then the host returns
+// to service by itself (C15), unless a real notice arrived meanwhile.
+func TestSPOT2_NoticeCordonsOnce(t *testing.T) {
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, &fakeRuntime{})
+	a.cfg.SoftCordon = time.Minute
+	t0 := time.Now()
+	a.HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindRebalance, ID: "r1", Soft: true}, t0)
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining || hb.IntakeOpen {
+		t.Fatalf("after a rebalance notice: %+v, want a cordon", hb)
+	}
+	a.expireSoftCordon(t0.Add(30 * time.Second))
+	if a.Heartbeat(t0).Status != berth.AgentDraining {
+		t.Fatal("soft cordon lifted before its expiry")
+	}
+	a.expireSoftCordon(t0.Add(61 * time.Second))
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentActive || !hb.IntakeOpen {
+		t.Fatalf("after the soft cordon expired: %+v, want back in service", hb)
+	}
+	a.HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindRebalance, ID: "r1", Soft: true}, t0.Add(62*time.Second))
+	if a.Heartbeat(t0).Status != berth.AgentActive {
+		t.Fatal("the same rebalance notice cordoned again (C13)")
+	}
+	a.HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindRebalance, ID: "r2", Soft: true}, t0.Add(70*time.Second))
+	a.HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindTerminate, ID: "t1", Deadline: t0.Add(3 * time.Minute)}, t0.Add(71*time.Second))
+	a.expireSoftCordon(t0.Add(10 * time.Minute))
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining {
+		t.Fatalf("a real notice must keep the cordon past the soft expiry: %+v", hb)
 	}
 }

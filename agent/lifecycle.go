@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
+	"github.com/berth-dev/berth/preempt"
 )
 
 // Create admits and starts one sandbox (AGT-2): it takes a start slot (ADM-10), checks the
@@ -197,6 +198,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	a.sampleCPU()
 	a.samplePressure(now)
 	a.evictIfCritical(ctx, now)
+	a.expireSoftCordon(now)
 }
 
 // evictIfCritical is ADM-9: when the host's available memory (total − Σ resident) has been
@@ -330,4 +332,48 @@ func validVolumePart(s string) bool {
 		}
 	}
 	return true
+}
+
+// HandleNotice reacts to a preemption notice (SPOT-2): cordon first — close intake, status
+// draining, a heartbeat at once — and do it once per notice id, however often the cloud
+// repeats it (C13). A soft notice (AWS rebalance) cordons only until SoftCordon passes, then
+// the host returns to service by itself unless a real notice came meanwhile (C15).
+func (a *Agent) HandleNotice(n preempt.Notice, now time.Time) {
+	a.mu.Lock()
+	if a.notices == nil {
+		a.notices = map[string]bool{}
+	}
+	if a.notices[n.ID] {
+		a.mu.Unlock()
+		return
+	}
+	a.notices[n.ID] = true
+	if n.Soft {
+		if !a.hardNotice {
+			a.softUntil = now.Add(a.cfg.SoftCordon)
+		}
+	} else {
+		a.hardNotice, a.softUntil = true, time.Time{}
+	}
+	a.mu.Unlock()
+	reason := fmt.Sprintf("%s %s notice", n.Provider, n.Kind)
+	if !n.Deadline.IsZero() {
+		reason += ", host goes at " + n.Deadline.UTC().Format(time.RFC3339)
+	}
+	a.log.Warn("preemption notice: cordoning (SPOT-2)", "provider", n.Provider, "kind", n.Kind, "id", n.ID, "soft", n.Soft, "deadline", n.Deadline)
+	a.Drain(reason)
+}
+
+// expireSoftCordon lifts a soft cordon whose time is up (C15).
+func (a *Agent) expireSoftCordon(now time.Time) {
+	a.mu.Lock()
+	expired := !a.softUntil.IsZero() && !now.Before(a.softUntil) && !a.hardNotice
+	if expired {
+		a.softUntil = time.Time{}
+	}
+	a.mu.Unlock()
+	if expired {
+		a.log.Info("soft cordon expired with no interruption: back in service (C15)")
+		a.Undrain()
+	}
 }

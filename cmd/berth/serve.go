@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/runtime/process"
+	"github.com/berth-dev/berth/preempt"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/postgres"
 	"github.com/berth-dev/berth/store/sqlite"
@@ -99,6 +100,7 @@ func openStore(ctx context.Context, spec, data string) (berth.Store, error) {
 func newAgentCmd() *cobra.Command {
 	cfg := agent.DefaultConfig()
 	dir, isolate := filepath.Join(defaultDataDir(), "agent"), "auto"
+	notices, metadataURL := "none", ""
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run a host agent (process runtime) that joins a server",
@@ -108,6 +110,17 @@ func newAgentCmd() *cobra.Command {
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" || cfg.ServerURL == "" {
 				return errors.New("set --server and BERTH_NODE_TOKEN")
+			}
+			switch notices {
+			case "none", "":
+			case "gcp":
+				cfg.Notices = preempt.GCP{BaseURL: metadataURL}
+			case "aws":
+				cfg.Notices = preempt.AWS{BaseURL: metadataURL}
+			case "azure":
+				cfg.Notices = preempt.Azure{BaseURL: metadataURL}
+			default:
+				return berth.Errorf(berth.EInvalidRequest, "--notices must be none, gcp, aws or azure")
 			}
 			rt, err := process.New(process.Config{Dir: dir, Isolate: isolate, Logger: cfg.Logger})
 			if err != nil {
@@ -137,5 +150,7 @@ func newAgentCmd() *cobra.Command {
 	cfg.VolumeDir = filepath.Join(defaultDataDir(), "volumes")
 	f.StringVar(&cfg.VolumeDir, "volume-dir", cfg.VolumeDir, "directory for durable volumes (POOL-4: not under --dir or any cache)")
 	f.StringVar(&isolate, "isolate", isolate, "sandbox isolation: auto, on or off")
+	f.StringVar(&notices, "notices", notices, "preemption notices to watch: none, gcp, aws or azure (SPOT-1)")
+	f.StringVar(&metadataURL, "metadata-url", "", "base URL of the cloud's metadata service (default: the provider's own)")
 	return cmd
 }
