@@ -16,12 +16,23 @@ const (
 	SandboxFailed   SandboxState = "failed"
 	SandboxLost     SandboxState = "lost"
 	SandboxEvicted  SandboxState = "evicted"
+	// Evacuation (SPOT-3): evacuating → reconstructed (recreated elsewhere from its template)
+	// or migrated (its snapshot moved), or lost as a budgeted loss.
+	SandboxEvacuating    SandboxState = "evacuating"
+	SandboxReconstructed SandboxState = "reconstructed"
+	SandboxMigrated      SandboxState = "migrated"
 )
+
+// SandboxStates lists every sandbox state (LIF-1), in lifecycle order.
+var SandboxStates = []SandboxState{
+	SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping, SandboxStopped,
+	SandboxFailed, SandboxLost, SandboxEvicted, SandboxEvacuating, SandboxReconstructed, SandboxMigrated,
+}
 
 // Terminal reports whether no further transition leaves s.
 func (s SandboxState) Terminal() bool {
 	switch s {
-	case SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted:
+	case SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted, SandboxReconstructed, SandboxMigrated:
 		return true
 	}
 	return false
@@ -31,7 +42,8 @@ func (s SandboxState) Terminal() bool {
 func (s SandboxState) Valid() bool {
 	switch s {
 	case SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping,
-		SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted:
+		SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted,
+		SandboxEvacuating, SandboxReconstructed, SandboxMigrated:
 		return true
 	}
 	return false
@@ -90,4 +102,28 @@ type ExecResult struct {
 	ExitCode int    `json:"exit_code"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
+}
+
+// EvacuateStep is one step of an evacuation plan the agent sends (SPOT-3): action is
+// "reconstruct", "snapshot_move" or "loss".
+type EvacuateStep struct {
+	SandboxID string `json:"sandbox_id"`
+	Action    string `json:"action"`
+	Reason    string `json:"reason"`
+}
+
+// EvacuateRequest is the body of POST /v1/agents/{id}/evacuate (node token): the plan the
+// agent's triage made, to carry out before Deadline.
+type EvacuateRequest struct {
+	Deadline time.Time      `json:"deadline"`
+	Steps    []EvacuateStep `json:"steps"`
+}
+
+// EvacuateOutcome is what became of one sandbox: its final state and, when reconstructed,
+// its replacement.
+type EvacuateOutcome struct {
+	SandboxID   string       `json:"sandbox_id"`
+	State       SandboxState `json:"state"`
+	Replacement string       `json:"replacement,omitempty"`
+	Reason      string       `json:"reason"`
 }

@@ -82,6 +82,9 @@ type Config struct {
 	// SoftCordon (default 30 min) and then lets it back into service (C15).
 	Notices    preempt.Watcher
 	SoftCordon time.Duration
+	// LinkMiBps is the host's link rate for the evacuation budget (SPOT-3; default 119 MiB/s,
+	// 1 Gbps).
+	LinkMiBps float64
 	// Pressure is the ADM-8 gate's lines and hold (default close 10 %, open 2 %, hold 15 s);
 	// PressureSource reads the host's memory pressure (default ProcPressure).
 	Pressure       admission.PressureGate
@@ -108,6 +111,7 @@ func DefaultConfig() Config {
 		Pressure:          admission.DefaultPressureGate(),
 		EvictPressure:     40,
 		SoftCordon:        30 * time.Minute,
+		LinkMiBps:         1e9 / 8 / (1 << 20),
 	}
 }
 
@@ -186,6 +190,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	}
 	if cfg.EvictFloorMiB <= 0 {
 		cfg.EvictFloorMiB = max(cfg.MemoryMiB/20, 64)
+	}
+	if cfg.LinkMiBps <= 0 {
+		cfg.LinkMiBps = def.LinkMiBps
 	}
 	if cfg.SoftCordon <= 0 {
 		cfg.SoftCordon = def.SoftCordon

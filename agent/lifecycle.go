@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
+	"github.com/berth-dev/berth/evacuate"
 	"github.com/berth-dev/berth/preempt"
 )
 
@@ -362,6 +363,54 @@ func (a *Agent) HandleNotice(n preempt.Notice, now time.Time) {
 	}
 	a.log.Warn("preemption notice: cordoning (SPOT-2)", "provider", n.Provider, "kind", n.Kind, "id", n.ID, "soft", n.Soft, "deadline", n.Deadline)
 	a.Drain(reason)
+	if !n.Soft {
+		go a.evacuate(n, now)
+	}
+}
+
+// evacuate triages the host's sandboxes against the notice (SPOT-3) and has the server
+// carry the plan out before a hard deadline strictly inside the window; then it stops them
+// here. Stateless sandboxes are reconstructible (their authoritative copy is their template
+// and the caller's input); stateful ones are irreproducible, and the process runtime cannot
+// snapshot, so they are budgeted losses, reported as such, never dropped silently.
+func (a *Agent) evacuate(n preempt.Notice, now time.Time) {
+	end := n.Deadline
+	if end.IsZero() {
+		end = now.Add(30 * time.Second)
+	}
+	margin := max(end.Sub(now)/10, 2*time.Second)
+	a.mu.Lock()
+	var guests []evacuate.Guest
+	for id, g := range a.guests {
+		if g.started {
+			guests = append(guests, evacuate.Guest{ID: id, Stateful: g.spec.Stateful, Reconstructible: !g.spec.Stateful,
+				SnapshotMiB: g.resident})
+		}
+	}
+	a.mu.Unlock()
+	plan := evacuate.Triage(evacuate.Input{Guests: guests, Now: now, NoticeEnd: end, Margin: margin,
+		LinkMiBps: a.cfg.LinkMiBps, Preemptible: a.cfg.Preemptible})
+	req := berth.EvacuateRequest{Deadline: plan.HardDeadline}
+	for _, st := range plan.Steps {
+		req.Steps = append(req.Steps, berth.EvacuateStep{SandboxID: st.GuestID, Action: string(st.Action), Reason: st.Reason})
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	outcomes, err := a.hb.Evacuate(ctx, a.cfg.ID, req)
+	if err != nil {
+		a.log.Error("evacuation plan not carried out; the sandboxes' leases will settle them", "err", err)
+		return
+	}
+	for _, o := range outcomes {
+		a.log.Warn("evacuated", "sandbox", o.SandboxID, "state", o.State, "replacement", o.Replacement, "reason", o.Reason)
+		if o.State.Terminal() {
+			// The store already says how it ended: stop it here without reporting it again.
+			_ = a.rt.Stop(ctx, o.SandboxID)
+			a.mu.Lock()
+			delete(a.guests, o.SandboxID)
+			a.mu.Unlock()
+		}
+	}
 }
 
 // expireSoftCordon lifts a soft cordon whose time is up (C15).

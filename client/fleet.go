@@ -134,3 +134,17 @@ func (c *Client) SetQuota(ctx context.Context, q berth.Quota) error {
 	}
 	return c.call(ctx, r, nil)
 }
+
+// Evacuate hands an agent's evacuation plan to the server (POST /v1/agents/{id}/evacuate;
+// the key is the node token; SPOT-3) and returns what became of each sandbox. Not retried.
+func (c *Client) Evacuate(ctx context.Context, agentID string, req berth.EvacuateRequest) ([]berth.EvacuateOutcome, error) {
+	r, err := jsonRequest(http.MethodPost, agentPath(agentID)+"/evacuate", req, false)
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Outcomes []berth.EvacuateOutcome `json:"outcomes"`
+	}
+	err = c.call(ctx, r, &out)
+	return out.Outcomes, err
+}

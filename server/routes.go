@@ -46,6 +46,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/agents/{id}/undrain", admin(s.undrainAgent))
 	mux.HandleFunc("GET /v1/agents/{id}/drain", admin(s.drainStatus))
 	mux.HandleFunc("POST /v1/agents/heartbeat", s.heartbeat)
+	mux.HandleFunc("POST /v1/agents/{id}/evacuate", s.evacuate)
 	mux.HandleFunc("GET /v1/events", tenant(s.listEvents))
 	mux.HandleFunc("GET /v1/reservations", admin(s.listReservations))
 	mux.HandleFunc("POST /v1/tenants", admin(s.createTenant))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/preempt"
 )
 
 // TestAPI4_IdempotentCreate: retries with one Idempotency-Key, even concurrent ones, get
@@ -366,5 +367,75 @@ func TestADM9_EvictionBeforeTheOOMKiller(t *testing.T) {
 		if h.OOMKills != 0 {
 			t.Fatalf("the kernel OOM killer killed in %s: %d", h.ID, h.OOMKills)
 		}
+	}
+}
+
+// TestSPOT3_Evacuate: a preemption notice on a host with
+// reconstructible sandboxes gets them recreated on another host before the notice deadline,
+// each with events; an irreproducible one the process runtime cannot snapshot is reported as
+// a budgeted loss, not silently dropped (SPOT-2, SPOT-3).
+func TestSPOT3_Evacuate(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.Agents = 2 })
+	ctx := context.Background()
+	c := adminClient(st)
+	// Put everything on dev-agent-1: cordon the other host while creating.
+	if err := c.DrainAgent(ctx, "dev-agent-2", "setup"); err != nil {
+		t.Fatal(err)
+	}
+	var stateless []berth.Sandbox
+	for range 2 {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stateless = append(stateless, sb)
+	}
+	stateful, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell", Stateful: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UndrainAgent(ctx, "dev-agent-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "dev-agent-2 back in placement", func() (bool, string) {
+		a := agentByID(t, c, "dev-agent-2")
+		return a.Status == berth.AgentActive && a.IntakeOpen, string(a.Status)
+	})
+	notice := time.Now()
+	deadline := notice.Add(30 * time.Second)
+	st.Agents[0].HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindTerminate, ID: "i-1", Deadline: deadline}, notice)
+	st.Agents[0].HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindTerminate, ID: "i-1", Deadline: deadline}, notice) // repeated: nothing new
+	for _, old := range stateless {
+		waitFor(t, 30*time.Second, old.ID+" reconstructed", func() (bool, string) {
+			sb, err := c.Sandbox(ctx, old.ID)
+			return err == nil && sb.State == berth.SandboxReconstructed, fmt.Sprint(sb.State, err)
+		})
+		evs, err := c.Events(ctx, "sandbox/"+old.ID)
+		if err != nil || len(evs) < 2 || evs[len(evs)-2].To != "evacuating" || !evs[len(evs)-1].At.Before(deadline) {
+			t.Fatalf("events of %s: %+v, %v; want evacuating → reconstructed before the deadline", old.ID, evs, err)
+		}
+	}
+	running, err := c.Sandboxes(ctx, berth.SandboxRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replacements := 0
+	for _, sb := range running {
+		if sb.Metadata["evacuated_from"] != "" {
+			replacements++
+			if sb.AgentID != "dev-agent-2" {
+				t.Fatalf("replacement %s placed on %s, the host under notice", sb.ID, sb.AgentID)
+			}
+		}
+	}
+	if replacements != 2 {
+		t.Fatalf("%d replacements running, want 2 (one per reconstructible sandbox, the repeat changed nothing)", replacements)
+	}
+	waitFor(t, 30*time.Second, "the stateful sandbox reported as a budgeted loss", func() (bool, string) {
+		sb, err := c.Sandbox(ctx, stateful.ID)
+		return err == nil && sb.State == berth.SandboxLost && strings.Contains(sb.Reason, "budgeted loss"), fmt.Sprint(sb.State, sb.Reason, err)
+	})
+	if a := agentByID(t, c, "dev-agent-1"); a.Status != berth.AgentDraining {
+		t.Fatalf("the host under notice is %s, want cordoned", a.Status)
 	}
 }

@@ -225,7 +225,12 @@ func limitOr(n, def int) int {
 const defaultLimit = 1000
 
 // terminalStates lists the terminal sandbox states (LIF-1) for "= ANY($n)".
-var terminalStates = []string{
-	string(berth.SandboxStopped), string(berth.SandboxFailed),
-	string(berth.SandboxLost), string(berth.SandboxEvicted),
-}
+var terminalStates = func() []string {
+	var out []string
+	for _, st := range berth.SandboxStates {
+		if st.Terminal() {
+			out = append(out, string(st))
+		}
+	}
+	return out
+}()

@@ -148,13 +148,9 @@ func usageOf(ctx context.Context, db querier, tenant string) (int, int64, error)
 	var n int
 	var mem int64
 	err := db.QueryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(memory_mb), 0)::BIGINT FROM sandboxes
-		WHERE tenant = $1 AND NOT (state = ANY($2))`, tenant, terminalStateNames()).Scan(&n, &mem)
+		WHERE tenant = $1 AND NOT (state = ANY($2))`, tenant, terminalStates).Scan(&n, &mem)
 	if err != nil {
 		return 0, 0, fmt.Errorf("postgres: usage of %q: %w", tenant, err)
 	}
 	return n, mem, nil
-}
-
-func terminalStateNames() []string {
-	return []string{string(berth.SandboxStopped), string(berth.SandboxFailed), string(berth.SandboxLost), string(berth.SandboxEvicted)}
 }

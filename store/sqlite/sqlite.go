@@ -200,7 +200,12 @@ func placeholders(n int) string {
 }
 
 // terminalStates lists the terminal sandbox states (LIF-1) for SQL IN clauses.
-var terminalStates = []any{
-	string(berth.SandboxStopped), string(berth.SandboxFailed),
-	string(berth.SandboxLost), string(berth.SandboxEvicted),
-}
+var terminalStates = func() []any {
+	var out []any
+	for _, st := range berth.SandboxStates {
+		if st.Terminal() {
+			out = append(out, string(st))
+		}
+	}
+	return out
+}()

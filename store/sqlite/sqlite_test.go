@@ -100,10 +100,7 @@ func TestFileIsWAL(t *testing.T) {
 // berth.SandboxState.Terminal.
 func TestTerminalStatesMatchDomain(t *testing.T) {
 	var want []any
-	for _, st := range []berth.SandboxState{
-		berth.SandboxPending, berth.SandboxStarting, berth.SandboxRunning, berth.SandboxStopping,
-		berth.SandboxStopped, berth.SandboxFailed, berth.SandboxLost, berth.SandboxEvicted,
-	} {
+	for _, st := range berth.SandboxStates {
 		if st.Terminal() {
 			want = append(want, string(st))
 		}
