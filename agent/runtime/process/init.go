@@ -56,11 +56,12 @@ type initConfig struct {
 	isolated bool
 	probe    bool
 	volume   string // host directory of a volume, seen at /tmp/volume (POOL-2); "" for none
+	sock     string // the socket to serve on ("" = <dir>/init.sock)
 }
 
 func (c initConfig) args() []string {
 	return []string{initArg, "-id=" + c.id, "-dir=" + c.dir, "-hide=" + c.hide, "-path=" + c.path,
-		fmt.Sprintf("-isolated=%t", c.isolated), "-volume=" + c.volume}
+		fmt.Sprintf("-isolated=%t", c.isolated), "-volume=" + c.volume, "-sock=" + c.sock}
 }
 
 func runInit(args []string) int {
@@ -73,6 +74,7 @@ func runInit(args []string) int {
 	fl.BoolVar(&c.isolated, "isolated", false, "set up namespaces")
 	fl.BoolVar(&c.probe, "probe", false, "print the probe token and exit")
 	fl.StringVar(&c.volume, "volume", "", "host directory of the sandbox's volume")
+	fl.StringVar(&c.sock, "sock", "", "socket to serve on")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -144,7 +146,10 @@ func setupInit(c initConfig, log *slog.Logger) (net.Listener, string, error) {
 		return nil, "", fmt.Errorf("set child subreaper: %w", err)
 	}
 	root := filepath.Join(c.dir, "root")
-	sock := filepath.Join(c.dir, "init.sock")
+	sock := c.sock
+	if sock == "" {
+		sock = filepath.Join(c.dir, "init.sock")
+	}
 	if !c.isolated {
 		// Without a mount namespace the volume is a link in the sandbox's directory.
 		if c.volume != "" {

@@ -299,3 +299,25 @@ func TestFilesRefuseNonRegular(t *testing.T) {
 		})
 	}
 }
+
+// TestLongDirKeepsWorking: a runtime Dir so deep that <Dir>/<id>/init.sock passes the kernel's
+// 107-byte socket limit still starts and serves sandboxes (the socket moves to a short
+// directory), instead of failing every start.
+func TestLongDirKeepsWorking(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			if mode == IsolateOn && os.Geteuid() != 0 {
+				t.Skip("isolation needs root")
+			}
+			dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 20))
+			r := newRuntimeIn(t, dir, mode)
+			startSandbox(t, r, "sb-0123456789abcdef", 256)
+			if res := run(t, r, "sb-0123456789abcdef", berth.ExecRequest{Cmd: []string{"echo", "ok"}}); res.Stdout != "ok\n" {
+				t.Fatalf("exec = %+v", res)
+			}
+			if err := r.Stop(context.Background(), "sb-0123456789abcdef"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -247,6 +247,7 @@ func (r *Runtime) Close() error {
 	}
 	wg.Wait()
 	if first {
+		_ = os.Remove(shortSockDir(r.dir)) // only if it exists and is empty
 		close(r.quit)
 		if r.cg != nil {
 			syscall.Rmdir(r.cg.base) // fails harmlessly when a leftover remains

@@ -3,6 +3,8 @@ package process
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +28,13 @@ const (
 	sockFile   = "init.sock"
 	rootDir    = "root" // the sandbox's /tmp
 )
+
+// shortSockDir is where sockets go when <Dir>/<id>/init.sock would be too long: a directory
+// named after a hash of the runtime's Dir, so runtimes never share it.
+func shortSockDir(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(os.TempDir(), "berth-"+hex.EncodeToString(sum[:6]))
+}
 
 // maxSockPath is the longest unix socket path Linux accepts (sun_path minus the NUL).
 const maxSockPath = 107
@@ -106,7 +115,16 @@ func (r *Runtime) Start(ctx context.Context, s Spec) error {
 	}
 	sb.sock = filepath.Join(sb.dir, sockFile)
 	if len(sb.sock) > maxSockPath {
-		return berth.Errorf(berth.EInvalidRequest, "socket path %s is over %d bytes: use a shorter Dir or id", sb.sock, maxSockPath)
+		// A deep Dir would push the path past the kernel's limit: keep the socket in a short
+		// per-runtime directory under the system temp dir instead (outside the sandbox's
+		// view once isolated: its /tmp is private).
+		sb.sock = filepath.Join(shortSockDir(r.dir), s.ID+".sock")
+		if len(sb.sock) > maxSockPath {
+			return berth.Errorf(berth.EInvalidRequest, "socket path %s is over %d bytes: use a shorter id", sb.sock, maxSockPath)
+		}
+		if err := os.MkdirAll(filepath.Dir(sb.sock), 0o700); err != nil {
+			return fmt.Errorf("process: socket dir: %w", err)
+		}
 	}
 	r.mu.Lock()
 	switch {
@@ -167,7 +185,7 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	}
 	defer readyR.Close()
 
-	ic := initConfig{id: sb.id, dir: sb.dir, hide: r.dir, path: commandPath(), isolated: r.isolated, volume: s.VolumeDir}
+	ic := initConfig{id: sb.id, dir: sb.dir, hide: r.dir, path: commandPath(), isolated: r.isolated, volume: s.VolumeDir, sock: sb.sock}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       append([]string{"berth-sandbox"}, ic.args()...), // argv[0] shows in ps
@@ -334,6 +352,9 @@ func (r *Runtime) teardown(sb *sandbox) error {
 	}
 	if err := os.RemoveAll(sb.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("process: remove %s: %w", sb.dir, err))
+	}
+	if !strings.HasPrefix(sb.sock, sb.dir+string(filepath.Separator)) {
+		_ = os.Remove(sb.sock) // a socket kept in the short directory
 	}
 	return errors.Join(errs...)
 }
