@@ -401,6 +401,17 @@ func (a *Agent) evacuate(n preempt.Notice, now time.Time) {
 		a.log.Error("evacuation plan not carried out; the sandboxes' leases will settle them", "err", err)
 		return
 	}
+	defer func() {
+		// Azure waits for the host's word before it starts the event: give it once the
+		// plan has run (SPOT-1).
+		if ack, ok := a.cfg.Notices.(interface {
+			Ack(ctx context.Context, eventID string) error
+		}); ok {
+			if err := ack.Ack(ctx, n.ID); err != nil {
+				a.log.Warn("could not acknowledge the notice", "id", n.ID, "err", err)
+			}
+		}
+	}()
 	for _, o := range outcomes {
 		a.log.Warn("evacuated", "sandbox", o.SandboxID, "state", o.State, "replacement", o.Replacement, "reason", o.Reason)
 		if o.State.Terminal() {

@@ -175,3 +175,36 @@ func TestCase_C13_AzureEventRepeatedEveryPoll(t *testing.T) {
 		t.Fatalf("acked %q", got)
 	}
 }
+
+// TestDetect: the provider whose metadata service answers is chosen; off any cloud the
+// answer is none, quickly (SPOT-1).
+func TestDetect(t *testing.T) {
+	notHere := httptest.NewServer(http.NotFoundHandler())
+	defer notHere.Close()
+	gcp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Metadata-Flavor") != "Google" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Metadata-Flavor", "Google")
+		io.WriteString(w, "1234")
+	}))
+	defer gcp.Close()
+	if _, name := Detect(context.Background(), Probe{GCP: gcp.URL, AWS: notHere.URL, Azure: notHere.URL}); name != "gcp" {
+		t.Fatalf("detected %q on GCP", name)
+	}
+	aws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Path == "/latest/api/token" {
+			io.WriteString(w, "tok")
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer aws.Close()
+	if w, name := Detect(context.Background(), Probe{GCP: notHere.URL, AWS: aws.URL, Azure: notHere.URL}); name != "aws" || w == nil {
+		t.Fatalf("detected %q on AWS", name)
+	}
+	if w, name := Detect(context.Background(), Probe{GCP: notHere.URL, AWS: notHere.URL, Azure: notHere.URL, Timeout: 200 * time.Millisecond}); w != nil || name != "none" {
+		t.Fatalf("detected %q off any cloud", name)
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/berth-dev/berth/preempt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -409,7 +411,7 @@ func TestAgentKilled(t *testing.T) {
 
 // startAgentIn runs an agent with the process runtime in dir until the returned stop is
 // called (which waits for it to end). The same id and dir again is a restart.
-func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runtime, memMiB int64) (stop func()) {
+func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runtime, memMiB int64, mutate ...func(*agent.Config)) (stop func()) {
 	t.Helper()
 	var prt *process.Runtime
 	if rt == nil {
@@ -424,6 +426,9 @@ func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runti
 	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = id, berth.AdmissionCommitted, memMiB, 0
 	cfg.HeartbeatInterval, cfg.MeasureInterval = 100*time.Millisecond, 100*time.Millisecond
 	cfg.ServerURL, cfg.NodeToken, cfg.Logger = url, f.nodeToken, f.log
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	a, err := agent.New(cfg, rt)
 	if err != nil {
 		t.Fatal(err)
@@ -532,5 +537,86 @@ func TestCase_C19_RealAgentQuarantined(t *testing.T) {
 	evs, err := f.seed.Events(ctx, berth.EventFilter{Entity: "agent/a-broken", To: string(berth.AgentQuarantined)})
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("quarantine events: %+v, %v", evs, err)
+	}
+}
+
+// noticeServer serves one provider's documented metadata formats on loopback, with the
+// notice present from the start and repeated on every poll (C13).
+func noticeServer(t *testing.T, provider string, acks *atomic.Int64) *httptest.Server {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute).UTC()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch provider {
+		case "gcp":
+			time.Sleep(20 * time.Millisecond) // a hanging GET that answers at once, again and again
+			io.WriteString(w, "TRUE")
+		case "aws":
+			switch r.URL.Path {
+			case "/latest/api/token":
+				io.WriteString(w, "token")
+			case "/latest/meta-data/spot/instance-action":
+				fmt.Fprintf(w, `{"action": "terminate", "time": %q}`, deadline.Format(time.RFC3339))
+			default:
+				w.WriteHeader(http.StatusNotFound)
+			}
+		case "azure":
+			if r.Method == http.MethodPost {
+				acks.Add(1)
+				return
+			}
+			fmt.Fprintf(w, `{"DocumentIncarnation": 8, "Events": [{"EventId": "ev-1", "EventType": "Preempt", "NotBefore": %q}]}`,
+				deadline.Format(time.RFC1123))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestSPOT1_NoticeCordonsOnEveryReplica: for each provider, a notice from a loopback metadata
+// server cordons the host, and every replica's next placement avoids it; the notice repeated
+// on every poll yields one cordon and one evacuation plan (SPOT-1, SPOT-2, C13).
+func TestSPOT1_NoticeCordonsOnEveryReplica(t *testing.T) {
+	for _, provider := range []string{"gcp", "aws", "azure"} {
+		t.Run(provider, func(t *testing.T) {
+			f := newPGFleet(t)
+			r1 := f.replica(t, nil)
+			r2 := f.replica(t, nil)
+			ctx := context.Background()
+			f.startAgentIn(t, "spare", r2, t.TempDir(), nil, 4096)
+			var acks atomic.Int64
+			srv := noticeServer(t, provider, &acks)
+			var w preempt.Watcher
+			switch provider {
+			case "gcp":
+				w = preempt.GCP{BaseURL: srv.URL}
+			case "aws":
+				w = preempt.AWS{BaseURL: srv.URL, Poll: 50 * time.Millisecond}
+			case "azure":
+				w = preempt.Azure{BaseURL: srv.URL, Poll: 50 * time.Millisecond}
+			}
+			// The doomed host has far more room, so it would win every placement if it could.
+			f.startAgentIn(t, "doomed", r1, t.TempDir(), nil, 64<<10, func(c *agent.Config) { c.Notices = w })
+			waitFor(t, 30*time.Second, "the doomed host cordoned", func() (bool, string) {
+				a, err := f.seed.Agent(ctx, "doomed")
+				return err == nil && a.Status == berth.AgentDraining, fmt.Sprint(a.Status, err)
+			})
+			for _, url := range []string{r1, r2} {
+				sb, err := client.New(url, f.adminKey, client.WithDeadline(5*time.Second)).
+					CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+				if err != nil || sb.AgentID != "spare" {
+					t.Fatalf("create through %s after the notice: %+v, %v; want it on the spare host", url, sb, err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // several more polls of the repeated notice
+			evs, err := f.seed.Events(ctx, berth.EventFilter{Entity: "agent/doomed", To: string(berth.AgentDraining)})
+			if err != nil || len(evs) != 1 {
+				t.Fatalf("cordon events: %+v, %v; want exactly one", evs, err)
+			}
+			if provider == "azure" {
+				waitFor(t, 10*time.Second, "the Azure event acknowledged once", func() (bool, string) {
+					return acks.Load() == 1, fmt.Sprint(acks.Load())
+				})
+			}
+		})
 	}
 }

@@ -112,6 +112,10 @@ func newAgentCmd() *cobra.Command {
 				return errors.New("set --server and BERTH_NODE_TOKEN")
 			}
 			switch notices {
+			case "auto":
+				w, name := preempt.Detect(cmd.Context(), preempt.Probe{GCP: metadataURL, AWS: metadataURL, Azure: metadataURL})
+				cfg.Logger.Info("preemption notices", "provider", name)
+				cfg.Notices = w
 			case "none", "":
 			case "gcp":
 				cfg.Notices = preempt.GCP{BaseURL: metadataURL}
@@ -120,7 +124,7 @@ func newAgentCmd() *cobra.Command {
 			case "azure":
 				cfg.Notices = preempt.Azure{BaseURL: metadataURL}
 			default:
-				return berth.Errorf(berth.EInvalidRequest, "--notices must be none, gcp, aws or azure")
+				return berth.Errorf(berth.EInvalidRequest, "--notices must be none, auto, gcp, aws or azure")
 			}
 			rt, err := process.New(process.Config{Dir: dir, Isolate: isolate, Logger: cfg.Logger})
 			if err != nil {
@@ -150,7 +154,7 @@ func newAgentCmd() *cobra.Command {
 	cfg.VolumeDir = filepath.Join(defaultDataDir(), "volumes")
 	f.StringVar(&cfg.VolumeDir, "volume-dir", cfg.VolumeDir, "directory for durable volumes (POOL-4: not under --dir or any cache)")
 	f.StringVar(&isolate, "isolate", isolate, "sandbox isolation: auto, on or off")
-	f.StringVar(&notices, "notices", notices, "preemption notices to watch: none, gcp, aws or azure (SPOT-1)")
+	f.StringVar(&notices, "notices", notices, "preemption notices to watch: none, auto (probe the metadata services briefly), gcp, aws or azure (SPOT-1)")
 	f.StringVar(&metadataURL, "metadata-url", "", "base URL of the cloud's metadata service (default: the provider's own)")
 	return cmd
 }

@@ -1,0 +1,64 @@
+package preempt
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Probe names the metadata services Detect tries; empty URLs take each provider's own.
+type Probe struct {
+	GCP, AWS, Azure string
+	Timeout         time.Duration // per probe, default 500 ms
+	Client          *http.Client
+}
+
+// Detect finds the cloud the agent runs on by asking the three metadata services at once,
+// each with a short timeout (SPOT-1), and returns that provider's watcher and name; off any
+// cloud it returns nil and "none", a valid answer.
+func Detect(ctx context.Context, p Probe) (Watcher, string) {
+	timeout := cmpOrDur(p.Timeout, 500*time.Millisecond)
+	hc := cmpOrClient(p.Client)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type hit struct {
+		name string
+		w    Watcher
+	}
+	found := make(chan hit, 3)
+	try := func(name, method, url string, header [2]string, w Watcher, ok func(*http.Response) bool) {
+		req, err := http.NewRequestWithContext(ctx, method, url, nil)
+		if err != nil {
+			found <- hit{}
+			return
+		}
+		req.Header.Set(header[0], header[1])
+		resp, err := hc.Do(req)
+		if err != nil {
+			found <- hit{}
+			return
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && ok(resp) {
+			found <- hit{name, w}
+			return
+		}
+		found <- hit{}
+	}
+	gcp := strings.TrimSuffix(cmpOr(p.GCP, "http://metadata.google.internal"), "/")
+	aws := strings.TrimSuffix(cmpOr(p.AWS, "http://169.254.169.254"), "/")
+	azure := strings.TrimSuffix(cmpOr(p.Azure, "http://169.254.169.254"), "/")
+	go try("gcp", http.MethodGet, gcp+"/computeMetadata/v1/instance/id", [2]string{"Metadata-Flavor", "Google"},
+		GCP{BaseURL: gcp}, func(r *http.Response) bool { return r.Header.Get("Metadata-Flavor") == "Google" })
+	go try("aws", http.MethodPut, aws+"/latest/api/token", [2]string{"X-aws-ec2-metadata-token-ttl-seconds", "60"},
+		AWS{BaseURL: aws}, func(*http.Response) bool { return true })
+	go try("azure", http.MethodGet, azure+azurePath, [2]string{"Metadata", "true"},
+		Azure{BaseURL: azure}, func(*http.Response) bool { return true })
+	for range 3 {
+		if h := <-found; h.w != nil {
+			return h.w, h.name
+		}
+	}
+	return nil, "none"
+}
