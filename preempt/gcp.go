@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// GCP watches instance/preempted with a hanging GET (wait_for_change, resumed by ETag) and
-// header Metadata-Flavor: Google. BaseURL defaults to http://metadata.google.internal; Notice
-// is the notice window (30 s on GCP).
+// GCP watches instance/preempted and instance/maintenance-event with hanging GETs
+// (wait_for_change, resumed by ETag) and header Metadata-Flavor: Google. BaseURL defaults to
+// http://metadata.google.internal; Notice is the notice window (30 s on GCP).
 type GCP struct {
 	BaseURL string
 	Notice  time.Duration
@@ -19,29 +19,54 @@ type GCP struct {
 }
 
 // Watch implements Watcher. A 503, a dropped connection or any error re-issues the request
-// after a short capped backoff and is never taken for a notice (C17).
+// after a short capped backoff and is never taken for a notice (C17). preempted=TRUE is a
+// preemption; maintenance-event=TERMINATE_ON_HOST_MAINTENANCE an interruption too (MIGRATE
+// is not).
 func (g GCP) Watch(ctx context.Context, out chan<- Notice) error {
+	now := cmpOrNow(g.Now)
+	window := cmpOrDur(g.Notice, 30*time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.watchKey(ctx, "instance/maintenance-event", func(v string) bool {
+			if v != "TERMINATE_ON_HOST_MAINTENANCE" {
+				return true
+			}
+			return send(ctx, out, Notice{Provider: "gcp", Kind: KindMaintenance, ID: "gcp-maintenance-terminate", Deadline: now().Add(window)})
+		})
+	}()
+	g.watchKey(ctx, "instance/preempted", func(v string) bool {
+		if v != "TRUE" {
+			return true
+		}
+		return send(ctx, out, Notice{Provider: "gcp", Kind: KindPreempt, ID: "gcp-preempted", Deadline: now().Add(window)})
+	})
+	<-done
+	return ctx.Err()
+}
+
+// watchKey follows one metadata key with hanging GETs until ctx ends or onValue says stop.
+func (g GCP) watchKey(ctx context.Context, key string, onValue func(string) bool) {
 	base := strings.TrimSuffix(cmpOr(g.BaseURL, "http://metadata.google.internal"), "/")
 	hc := cmpOrClient(g.Client)
-	now := cmpOrNow(g.Now)
 	etag, wait := "", time.Duration(0)
 	for {
 		if wait > 0 && !sleep(ctx, wait) {
-			return ctx.Err()
+			return
 		}
-		u := base + "/computeMetadata/v1/instance/preempted?wait_for_change=true"
+		u := base + "/computeMetadata/v1/" + key + "?wait_for_change=true"
 		if etag != "" {
 			u += "&last_etag=" + etag
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
-			return err
+			return
 		}
 		req.Header.Set("Metadata-Flavor", "Google")
 		resp, err := hc.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return
 			}
 			wait = backoff(wait, 5*time.Second)
 			continue
@@ -54,11 +79,8 @@ func (g GCP) Watch(ctx context.Context, out chan<- Notice) error {
 		}
 		wait = 0
 		etag = resp.Header.Get("ETag")
-		if strings.TrimSpace(string(body)) == "TRUE" {
-			n := Notice{Provider: "gcp", Kind: KindPreempt, ID: "gcp-preempted", Deadline: now().Add(cmpOrDur(g.Notice, 30*time.Second))}
-			if !send(ctx, out, n) {
-				return ctx.Err()
-			}
+		if !onValue(strings.TrimSpace(string(body))) {
+			return
 		}
 	}
 }

@@ -49,6 +49,14 @@ func TestCase_C17_GCPSurvivesErrors(t *testing.T) {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
+		if strings.HasSuffix(r.URL.Path, "/maintenance-event") {
+			select { // a live migration is no interruption; then the value holds still
+			case <-r.Context().Done():
+			case <-time.After(50 * time.Millisecond):
+				io.WriteString(w, "MIGRATE_ON_HOST_MAINTENANCE")
+			}
+			return
+		}
 		switch calls.Add(1) {
 		case 1:
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -206,5 +214,28 @@ func TestDetect(t *testing.T) {
 	}
 	if w, name := Detect(context.Background(), Probe{GCP: notHere.URL, AWS: notHere.URL, Azure: notHere.URL, Timeout: 200 * time.Millisecond}); w != nil || name != "none" {
 		t.Fatalf("detected %q off any cloud", name)
+	}
+}
+
+// TestGCPMaintenanceTerminate: TERMINATE_ON_HOST_MAINTENANCE is an interruption notice;
+// MIGRATE_ON_HOST_MAINTENANCE is not (SPOT-1).
+func TestGCPMaintenanceTerminate(t *testing.T) {
+	var maint atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/preempted") {
+			io.WriteString(w, "FALSE")
+			time.Sleep(20 * time.Millisecond)
+			return
+		}
+		if maint.Add(1) == 1 {
+			io.WriteString(w, "MIGRATE_ON_HOST_MAINTENANCE")
+			return
+		}
+		io.WriteString(w, "TERMINATE_ON_HOST_MAINTENANCE")
+	}))
+	defer srv.Close()
+	n := next(t, watch(t, GCP{BaseURL: srv.URL}))
+	if n.Kind != KindMaintenance || n.ID != "gcp-maintenance-terminate" || maint.Load() < 2 {
+		t.Fatalf("notice %+v after %d maintenance answers: want the terminate, not the migrate", n, maint.Load())
 	}
 }
