@@ -29,3 +29,12 @@ func TestSIM1_SeedArithmetic(t *testing.T) {
 		t.Fatalf("same seed, different result: %+v vs %+v", again, rw)
 	}
 }
+
+// TestSIM1_PerReplicaLedgersOverAdmit: in the same 4-replica burst against room for 4, the
+// shared ledger admits exactly 4 and per-replica ledgers admit 16 (LED-1's failure mode).
+func TestSIM1_PerReplicaLedgersOverAdmit(t *testing.T) {
+	shared, per := Burst(BurstConfig{Replicas: 4, AdmittableMiB: 4 * 512, Mode: berth.AdmissionCommitted, GuestMiB: 512, Creates: 40})
+	if shared != 4 || per != 16 {
+		t.Fatalf("shared ledger admitted %d, per-replica %d; want 4 and 16", shared, per)
+	}
+}
