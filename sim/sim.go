@@ -41,14 +41,17 @@ func Run(cfg Config) Result {
 	snap := make([]placement.Host, cfg.Hosts)
 	res := Result{Refused: map[string]int{}}
 	rng := cfg.Seed | 1
-	for c := 0; c < cfg.Creates; c++ {
-		for i := range hosts {
-			snap[i] = placement.Host{
-				ID: "h", LastSeenNano: 1, IntakeOpen: true, Mode: cfg.Mode, CPUTotal: 1,
-				AdmittableMiB: admission.Admittable(admission.Host{Mode: cfg.Mode, TotalMiB: cfg.HostMiB,
-					HeadroomMiB: cfg.HeadroomMiB, IntakeOpen: true, Guests: hosts[i].guests}),
-			}
+	refresh := func(i int) { // only the host that changed is re-judged: O(hosts) per create
+		snap[i] = placement.Host{
+			ID: "h", LastSeenNano: 1, IntakeOpen: true, Mode: cfg.Mode, CPUTotal: 1,
+			AdmittableMiB: admission.Admittable(admission.Host{Mode: cfg.Mode, TotalMiB: cfg.HostMiB,
+				HeadroomMiB: cfg.HeadroomMiB, IntakeOpen: true, Guests: hosts[i].guests}),
 		}
+	}
+	for i := range hosts {
+		refresh(i)
+	}
+	for c := 0; c < cfg.Creates; c++ {
 		rng ^= rng << 13
 		rng ^= rng >> 7
 		rng ^= rng << 17
@@ -64,6 +67,7 @@ func Run(cfg Config) Result {
 		for j := range h.guests {
 			h.guests[j].ResidentMiB, h.guests[j].Measured = min(cfg.TouchMiB, cfg.GuestMiB), true
 		}
+		refresh(d.Index)
 	}
 	for _, h := range hosts {
 		var resident int64
