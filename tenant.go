@@ -1,6 +1,9 @@
 package berth
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Roles an API key may carry.
 const (
@@ -34,4 +37,14 @@ type Quota struct {
 // Allows reports whether a tenant using count sandboxes and memMiB may add one of addMiB.
 func (q Quota) Allows(count int, memMiB, addMiB int64) bool {
 	return (q.MaxSandboxes <= 0 || count+1 <= q.MaxSandboxes) && (q.MaxMemoryMiB <= 0 || memMiB+addMiB <= q.MaxMemoryMiB)
+}
+
+// Check returns an error wrapping ErrOverQuota when a tenant using count sandboxes and memMiB
+// may not add one of addMiB (ADM-11); stores call it inside the create's transaction.
+func (q Quota) Check(count int, memMiB, addMiB int64) error {
+	if q.Allows(count, memMiB, addMiB) {
+		return nil
+	}
+	return fmt.Errorf("tenant %q: %d sandboxes, %d MiB of %d, %d MiB (0 = no limit): %w",
+		q.Tenant, count, memMiB, q.MaxSandboxes, q.MaxMemoryMiB, ErrOverQuota)
 }

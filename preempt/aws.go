@@ -1,6 +1,7 @@
 package preempt
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -21,9 +22,9 @@ type AWS struct {
 
 // Watch implements Watcher.
 func (a AWS) Watch(ctx context.Context, out chan<- Notice) error {
-	base := strings.TrimSuffix(cmpOr(a.BaseURL, "http://169.254.169.254"), "/")
-	hc := cmpOrClient(a.Client)
-	poll := cmpOrDur(a.Poll, 5*time.Second)
+	base := strings.TrimSuffix(cmp.Or(a.BaseURL, "http://169.254.169.254"), "/")
+	hc := cmp.Or(a.Client, defaultClient)
+	poll := cmp.Or(max(a.Poll, 0), 5*time.Second)
 	token := ""
 	for {
 		if token == "" {

@@ -2,6 +2,7 @@ package preempt
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -24,9 +25,9 @@ const azurePath = "/metadata/scheduledevents?api-version=2020-07-01"
 
 // Watch implements Watcher.
 func (z Azure) Watch(ctx context.Context, out chan<- Notice) error {
-	base := strings.TrimSuffix(cmpOr(z.BaseURL, "http://169.254.169.254"), "/")
-	hc := cmpOrClient(z.Client)
-	poll := cmpOrDur(z.Poll, time.Second)
+	base := strings.TrimSuffix(cmp.Or(z.BaseURL, "http://169.254.169.254"), "/")
+	hc := cmp.Or(z.Client, defaultClient)
+	poll := cmp.Or(max(z.Poll, 0), time.Second)
 	for {
 		var doc struct {
 			Events []struct {
@@ -67,7 +68,7 @@ func (z Azure) Watch(ctx context.Context, out chan<- Notice) error {
 
 // Ack acknowledges an event so Azure may start it (StartRequests), after evacuation.
 func (z Azure) Ack(ctx context.Context, eventID string) error {
-	base := strings.TrimSuffix(cmpOr(z.BaseURL, "http://169.254.169.254"), "/")
+	base := strings.TrimSuffix(cmp.Or(z.BaseURL, "http://169.254.169.254"), "/")
 	body, _ := json.Marshal(map[string]any{"StartRequests": []map[string]string{{"EventId": eventID}}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+azurePath, bytes.NewReader(body))
 	if err != nil {
@@ -75,7 +76,7 @@ func (z Azure) Ack(ctx context.Context, eventID string) error {
 	}
 	req.Header.Set("Metadata", "true")
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := cmpOrClient(z.Client).Do(req)
+	resp, err := cmp.Or(z.Client, defaultClient).Do(req)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package preempt
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strings"
@@ -18,8 +19,8 @@ type Probe struct {
 // each with a short timeout (SPOT-1), and returns that provider's watcher and name; off any
 // cloud it returns nil and "none", a valid answer.
 func Detect(ctx context.Context, p Probe) (Watcher, string) {
-	timeout := cmpOrDur(p.Timeout, 500*time.Millisecond)
-	hc := cmpOrClient(p.Client)
+	timeout := cmp.Or(max(p.Timeout, 0), 500*time.Millisecond)
+	hc := cmp.Or(p.Client, defaultClient)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type hit struct {
@@ -46,9 +47,9 @@ func Detect(ctx context.Context, p Probe) (Watcher, string) {
 		}
 		found <- hit{}
 	}
-	gcp := strings.TrimSuffix(cmpOr(p.GCP, "http://metadata.google.internal"), "/")
-	aws := strings.TrimSuffix(cmpOr(p.AWS, "http://169.254.169.254"), "/")
-	azure := strings.TrimSuffix(cmpOr(p.Azure, "http://169.254.169.254"), "/")
+	gcp := strings.TrimSuffix(cmp.Or(p.GCP, "http://metadata.google.internal"), "/")
+	aws := strings.TrimSuffix(cmp.Or(p.AWS, "http://169.254.169.254"), "/")
+	azure := strings.TrimSuffix(cmp.Or(p.Azure, "http://169.254.169.254"), "/")
 	go try("gcp", http.MethodGet, gcp+"/computeMetadata/v1/instance/id", [2]string{"Metadata-Flavor", "Google"},
 		GCP{BaseURL: gcp}, func(r *http.Response) bool { return r.Header.Get("Metadata-Flavor") == "Google" })
 	go try("aws", http.MethodPut, aws+"/latest/api/token", [2]string{"X-aws-ec2-metadata-token-ttl-seconds", "60"},

@@ -1,6 +1,7 @@
 package preempt
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -24,7 +25,7 @@ type GCP struct {
 // is not).
 func (g GCP) Watch(ctx context.Context, out chan<- Notice) error {
 	now := cmpOrNow(g.Now)
-	window := cmpOrDur(g.Notice, 30*time.Second)
+	window := cmp.Or(max(g.Notice, 0), 30*time.Second)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -47,8 +48,8 @@ func (g GCP) Watch(ctx context.Context, out chan<- Notice) error {
 
 // watchKey follows one metadata key with hanging GETs until ctx ends or onValue says stop.
 func (g GCP) watchKey(ctx context.Context, key string, onValue func(string) bool) {
-	base := strings.TrimSuffix(cmpOr(g.BaseURL, "http://metadata.google.internal"), "/")
-	hc := cmpOrClient(g.Client)
+	base := strings.TrimSuffix(cmp.Or(g.BaseURL, "http://metadata.google.internal"), "/")
+	hc := cmp.Or(g.Client, defaultClient)
 	etag, wait := "", time.Duration(0)
 	for {
 		if wait > 0 && !sleep(ctx, wait) {
@@ -83,27 +84,6 @@ func (g GCP) watchKey(ctx context.Context, key string, onValue func(string) bool
 			return
 		}
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-func cmpOrDur(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-func cmpOrClient(c *http.Client) *http.Client {
-	if c == nil {
-		return defaultClient
-	}
-	return c
 }
 
 func cmpOrNow(f func() time.Time) func() time.Time {

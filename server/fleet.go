@@ -63,14 +63,7 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal)
 	for i := range as {
 		age := now.Sub(as[i].LastSeen)
 		as[i].LastSeenS = float64(age.Milliseconds()) / 1000
-		switch {
-		case age >= s.cfg.DeadAfter:
-			as[i].Status = berth.AgentDead
-		case age >= s.cfg.StaleAfter:
-			as[i].Status = berth.AgentStale
-		case as[i].QuarantinedUntil.After(now):
-			as[i].Status = berth.AgentQuarantined
-		}
+		as[i].Status = derivedStatus(as[i], now, s.cfg.StaleAfter, s.cfg.DeadAfter)
 	}
 	if as == nil {
 		as = []berth.Agent{}
@@ -258,7 +251,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 		f.Limit = n
 	}
 	if !p.admin() {
-		id, ok := cutPrefix(f.Entity, "sandbox/")
+		id, ok := strings.CutPrefix(f.Entity, "sandbox/")
 		if !ok || id == "" {
 			return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes only (entity=sandbox/<id>)")
 		}
@@ -277,11 +270,19 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 	return nil
 }
 
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):], true
+// derivedStatus is the status an agent is reported with (LIF-1, PLC-9): dead or stale by its
+// heartbeat's age, quarantined while its quarantine lasts, else what it declared.
+func derivedStatus(a berth.Agent, now time.Time, staleAfter, deadAfter time.Duration) berth.AgentStatus {
+	age := now.Sub(a.LastSeen)
+	switch {
+	case age >= deadAfter:
+		return berth.AgentDead
+	case age >= staleAfter:
+		return berth.AgentStale
+	case a.QuarantinedUntil.After(now):
+		return berth.AgentQuarantined
 	}
-	return "", false
+	return a.Status
 }
 
 // listReservations is GET /v1/reservations (admin): the ledger as it stands (LED-3).

@@ -141,15 +141,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(oomDesc, prometheus.GaugeValue, float64(ooms), a.AgentID)
 		ch <- prometheus.MustNewConstMetric(measureErrDesc, prometheus.GaugeValue, float64(a.MeasurementErrors), a.AgentID)
-		status := a.Status
-		switch {
-		case age >= c.deadAfter:
-			status = berth.AgentDead
-		case age >= c.staleAfter:
-			status = berth.AgentStale
-		case a.QuarantinedUntil.After(now):
-			status = berth.AgentQuarantined
-		}
+		status := derivedStatus(a, now, c.staleAfter, c.deadAfter)
 		byStatus[string(status)]++
 		if age < c.staleAfter {
 			used += float64(a.MemoryMiBUsed)

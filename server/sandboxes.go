@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,13 +96,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		outcome = berth.ErrorCode(err)
 		return err
 	}
-	if err := s.checkQuota(r.Context(), p.Tenant, cmpOr(req.MemoryMiB, t.MemoryMiB)); err != nil {
-		if idem != "" { // a retry of a create that succeeded is answered, not refused (API-4)
-			if first, found, ferr := s.awaitIdempotent(r.Context(), p.Tenant, idem); ferr == nil && found {
-				outcome = "replayed"
-				httpjson.WriteJSON(w, http.StatusCreated, first)
-				return nil
-			}
+	if err := s.checkQuota(r.Context(), p.Tenant, cmp.Or(req.MemoryMiB, t.MemoryMiB)); err != nil {
+		if s.replayed(w, r, p.Tenant, idem) { // a retry of a create that succeeded is answered, not refused (API-4)
+			outcome = "replayed"
+			return nil
 		}
 		outcome = berth.ErrorCode(err)
 		return err
@@ -113,7 +111,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 	}
 	sb := berth.Sandbox{
 		ID: newID("sb"), Template: t.Name, Tenant: p.Tenant,
-		MemoryMiB: cmpOr(req.MemoryMiB, t.MemoryMiB), VCPUs: cmpOr(req.VCPUs, t.VCPUs),
+		MemoryMiB: cmp.Or(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
 		Metadata: req.Metadata, IdempotencyKey: idem,
 	}
@@ -141,14 +139,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		if errors.Is(err, errIdempotent) {
 			continue // another create holds the key: wait for its outcome
 		}
-		if err != nil && idem != "" && !awaiting {
-			// A full fleet must not hide a first attempt that succeeded (its answer was
-			// lost): the retry gets that sandbox, not a refusal (API-4).
-			if first, found, ferr := s.awaitIdempotent(r.Context(), p.Tenant, idem); ferr == nil && found {
-				outcome = "replayed"
-				httpjson.WriteJSON(w, http.StatusCreated, first)
-				return nil
-			}
+		// A full fleet must not hide a first attempt that succeeded (its answer was lost): the
+		// retry gets that sandbox, not a refusal (API-4).
+		if err != nil && !awaiting && s.replayed(w, r, p.Tenant, idem) {
+			outcome = "replayed"
+			return nil
 		}
 		if err != nil {
 			outcome = berth.ErrorCode(err)
@@ -175,6 +170,20 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		httpjson.WriteJSON(w, http.StatusCreated, placed)
 		return nil
 	}
+}
+
+// replayed answers with the sandbox an earlier create with the same Idempotency-Key made,
+// if there is one (API-4), and reports whether it did.
+func (s *Server) replayed(w http.ResponseWriter, r *http.Request, tenant, idem string) bool {
+	if idem == "" {
+		return false
+	}
+	first, found, err := s.awaitIdempotent(r.Context(), tenant, idem)
+	if err != nil || !found {
+		return false
+	}
+	httpjson.WriteJSON(w, http.StatusCreated, first)
+	return true
 }
 
 // discard stops a sandbox nobody can own and records why, on a context of its own.
@@ -212,13 +221,6 @@ func (s *Server) awaitIdempotent(ctx context.Context, tenant, key string) (berth
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func cmpOr[T int | int64](v, def T) T {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // sandboxFor returns the sandbox if the principal may see it; other tenants' sandboxes are

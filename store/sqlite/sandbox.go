@@ -62,8 +62,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 				if err != nil {
 					return err
 				}
-				if !q.Allows(n, mem, sb.MemoryMiB) {
-					return fmt.Errorf("tenant %q: %d sandboxes, %d MiB: %w", sb.Tenant, n, mem, berth.ErrOverQuota)
+				if err := q.Check(n, mem, sb.MemoryMiB); err != nil {
+					return err
 				}
 			}
 		}
