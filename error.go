@@ -23,6 +23,14 @@ const (
 	ETooLarge            = "request_too_large"     // 413: body over the limit
 	EUnavailable         = "unavailable"           // 503: a dependency (store, agent) failed transiently
 	EInternal            = "internal"              // 500: a bug; never caused by input
+	EServiceRunning      = "service_running"       // 409: the sandbox already runs its service (APP-1)
+	EServiceExited       = "service_exited"        // 502: the sandbox's service has exited (APP-2)
+	EUpstream            = "app_unreachable"       // 502: nothing answers on the app's port inside the sandbox
+	EUnsupported         = "unsupported"           // 501: the agent's runtime cannot do this (noop runtime)
+	EAppNotFound         = "app_not_found"         // 404
+	EAppStopped          = "app_stopped"           // 409: the app is stopped by its owner; requests do not wake it
+	EAppError            = "app_error"             // 502: the app is in error (a fault a retry cannot fix)
+	EWakeTimeout         = "app_wake_timeout"      // 503: the app did not come up within the wake timeout, retryable
 )
 
 // Error is the one error type of Berth (STYLE habit 4). The HTTP layer maps Code to a status
@@ -50,7 +58,7 @@ func (e *Error) Error() string {
 // refusals and transient unavailability (the "does not fit here" kind of no, STYLE habit 3).
 func (e *Error) Retryable() bool {
 	switch e.Code {
-	case ENoCapacity, ENoHealthyAgents, EHostStartsSaturated, EUnavailable:
+	case ENoCapacity, ENoHealthyAgents, EHostStartsSaturated, EUnavailable, EWakeTimeout:
 		return true
 	}
 	return false

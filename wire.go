@@ -47,3 +47,25 @@ type AgentCreate struct {
 	// Volume is "<tenant>/<name>" of the volume the sandbox mounts, if any (POOL-2).
 	Volume string `json:"volume,omitempty"`
 }
+
+// ServiceRequest is the body of the agent's internal POST /internal/sandboxes/{id}/service
+// (APP-1): the long-running command of an app, started detached inside the sandbox (cwd the
+// sandbox's working directory, its own process group). A sandbox runs at most one service.
+type ServiceRequest struct {
+	Cmd []string          `json:"cmd"`
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// ServiceStatus is the answer of the agent's GET /internal/sandboxes/{id}/service: whether
+// the service started, whether it has exited and with which code, and the tail of its
+// combined stdout and stderr (at most ServiceOutputTail bytes) so a command that exits at
+// once can be reported with its reason (APP-2).
+type ServiceStatus struct {
+	Started  bool   `json:"started"`
+	Exited   bool   `json:"exited"`
+	ExitCode int    `json:"exit_code"`
+	Output   string `json:"output,omitempty"`
+}
+
+// ServiceOutputTail is how many trailing bytes of a service's output are kept, bytes.
+const ServiceOutputTail = 4096

@@ -19,18 +19,22 @@ import (
 // 429 or 500; unknown codes are 500.
 func StatusFor(code string) int {
 	switch code {
-	case berth.ENoCapacity, berth.ENoHealthyAgents, berth.EHostStartsSaturated, berth.EUnavailable:
+	case berth.ENoCapacity, berth.ENoHealthyAgents, berth.EHostStartsSaturated, berth.EUnavailable, berth.EWakeTimeout:
 		return http.StatusServiceUnavailable
 	case berth.ETenantOverQuota, berth.EForbidden:
 		return http.StatusForbidden
-	case berth.ETemplateNotFound, berth.ESandboxNotFound, berth.ENotFound:
+	case berth.ETemplateNotFound, berth.ESandboxNotFound, berth.ENotFound, berth.EAppNotFound:
 		return http.StatusNotFound
 	case berth.EInvalidRequest:
 		return http.StatusBadRequest
 	case berth.EUnauthorized:
 		return http.StatusUnauthorized
-	case berth.EConflict:
+	case berth.EConflict, berth.EServiceRunning, berth.EAppStopped:
 		return http.StatusConflict
+	case berth.EServiceExited, berth.EUpstream, berth.EAppError:
+		return http.StatusBadGateway
+	case berth.EUnsupported:
+		return http.StatusNotImplemented
 	case berth.ETooLarge:
 		return http.StatusRequestEntityTooLarge
 	}
