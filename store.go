@@ -142,6 +142,7 @@ type Store interface {
 	Ledger
 	EventStore
 	TenantStore
+	AppStore
 	// Ping checks the store is reachable (for /readyz).
 	Ping(ctx context.Context) error
 	Close() error

@@ -15,8 +15,8 @@ import (
 // Defaults of the retry policy (SDK-1).
 const (
 	DefaultDeadline    = 90 * time.Second
-	DefaultBackoffBase = 250 * time.Millisecond
-	DefaultBackoffCap  = 8 * time.Second
+	DefaultBackoffBase = berth.BackoffBase
+	DefaultBackoffCap  = berth.BackoffCap
 	DefaultUserAgent   = "berth-go-client/1"
 )
 

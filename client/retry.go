@@ -17,30 +17,14 @@ import (
 // estimate of when capacity frees up is good for a day) and is treated as absent (C02).
 const maxRetryAfter = 24 * time.Hour
 
-// Backoff returns the full-jitter window min(cap, base·2^attempt) of SDK-1: the caller sleeps
-// uniform [0, window). attempt counts from 0 (the wait after the first failure). The window
-// is always in (0, cap] and never overflows, for any attempt (64, 10,000, or negative, which
-// counts as 0) (C04). A non-positive base or cap takes its default (0.25 s, 8 s); a base
-// above the cap is lowered to the cap.
+// Backoff returns the full-jitter window min(cap, base·2^attempt) of SDK-1 (berth.Backoff,
+// shared with the server's app reconciler): the caller sleeps uniform [0, window). attempt
+// counts from 0 (the wait after the first failure). The window is always in (0, cap] and
+// never overflows, for any attempt (64, 10,000, or negative, which counts as 0) (C04). A
+// non-positive base or cap takes its default (0.25 s, 8 s); a base above the cap is lowered
+// to the cap.
 func Backoff(attempt int, base, cap time.Duration) time.Duration {
-	if cap <= 0 {
-		cap = DefaultBackoffCap
-	}
-	if base <= 0 {
-		base = DefaultBackoffBase
-	}
-	if base > cap {
-		base = cap
-	}
-	if attempt < 0 {
-		attempt = 0
-	}
-	// base·2^attempt ≤ cap ⇔ base ≤ cap>>attempt (up to rounding, which only ever picks cap
-	// a little early); checking it this way never computes an overflowing product.
-	if attempt >= 63 || base > cap>>attempt {
-		return cap
-	}
-	return base << attempt
+	return berth.Backoff(attempt, base, cap)
 }
 
 // jitter returns a full-jitter sleep: r·window with r from the uniform [0,1) source, which

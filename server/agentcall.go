@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -131,4 +132,59 @@ func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.V
 		return nil, &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
 	}
 	return nil, berth.Errorf(berth.EUnavailable, "agent answered %s", resp.Status)
+}
+
+// serve starts a sandbox's service: the long-running command of an app (APP-1).
+func (c *agentCaller) serve(ctx context.Context, addr, id string, req berth.ServiceRequest) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	_, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/service", nil, req, http.StatusNoContent)
+	return err
+}
+
+// serviceStatus reads whether a sandbox's service runs, its exit code and output tail.
+func (c *agentCaller) serviceStatus(ctx context.Context, addr, id string) (berth.ServiceStatus, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	var st berth.ServiceStatus
+	b, err := c.do(ctx, http.MethodGet, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/service", nil, nil, http.StatusOK)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, berth.Errorf(berth.EUnavailable, "agent answered service status with bad JSON: %v", err)
+	}
+	return st, nil
+}
+
+// portPath is the agent's route to port inside sandbox id (APP-1); the request's path follows.
+func portPath(id string, port int) string {
+	return "/internal/sandboxes/" + url.PathEscape(id) + "/port/" + strconv.Itoa(port)
+}
+
+// probe sends GET / to the app on port inside sandbox id: nil when the app answered at all
+// (any status: something listens), else the agent's error (app_unreachable while nothing
+// listens yet, service_exited once the command has ended).
+func (c *agentCaller) probe(ctx context.Context, addr, id string, port int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+portPath(id, port)+"/", nil)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+	}
+	req.Header.Set(berth.HeaderNodeToken, c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusNotImplemented ||
+		resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnauthorized {
+		var eb berth.ErrorBody
+		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+			return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+		}
+	}
+	return nil
 }

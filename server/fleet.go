@@ -227,9 +227,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 		f.Until = t
 	}
 	if v := q.Get("type"); v != "" {
-		// The kind of entity: sandbox, agent or reservation (LIF-3).
-		if v != "sandbox" && v != "agent" && v != "reservation" {
-			return berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent or reservation")
+		// The kind of entity: sandbox, agent, reservation or app (LIF-3, APP-1).
+		if v != "sandbox" && v != "agent" && v != "reservation" && v != "app" {
+			return berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent, reservation or app")
 		}
 		if f.Entity == "" {
 			f.Entity = v + "/"
@@ -251,12 +251,18 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 		f.Limit = n
 	}
 	if !p.admin() {
-		id, ok := strings.CutPrefix(f.Entity, "sandbox/")
-		if !ok || id == "" {
-			return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes only (entity=sandbox/<id>)")
-		}
-		if _, err := s.sandboxFor(r.Context(), p, id); err != nil {
-			return err
+		if name, ok := strings.CutPrefix(f.Entity, "app/"); ok && name != "" {
+			if _, err := s.appFor(r, p, name); err != nil {
+				return err
+			}
+		} else {
+			id, ok := strings.CutPrefix(f.Entity, "sandbox/")
+			if !ok || id == "" {
+				return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes and apps only (entity=sandbox/<id> or app/<name>)")
+			}
+			if _, err := s.sandboxFor(r.Context(), p, id); err != nil {
+				return err
+			}
 		}
 	}
 	evs, err := s.store.Events(r.Context(), f)

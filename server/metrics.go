@@ -15,7 +15,7 @@ type metrics struct {
 	pickSeconds  prometheus.Histogram     // MET-5
 	createSecond *prometheus.HistogramVec // MET-5: by outcome
 	expirations  prometheus.Counter       // LED-2
-	firstRefusal prometheus.Histogram     // MET-4: first attempt → success of retried creates
+	firstRefusal *prometheus.HistogramVec // MET-4: first refusal → success, by kind (sandbox create, app start)
 	ended        *prometheus.CounterVec   // MET-5: sandboxes the agents ended, by state (evicted, failed, stopped…)
 }
 
@@ -38,12 +38,15 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berth_agent_ended_sandboxes_total", Help: "Sandboxes agents ended on their own, by final state: evicted (ADM-9), failed (init died, OOM), stopped (TTL).",
 		}, []string{"state"}),
-		firstRefusal: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "berth_api_time_to_success_seconds", Help: "Time from a create's first attempt to its success (MET-4).",
+		firstRefusal: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "berth_api_time_to_success_seconds",
+			Help: "Time from the first refusal to success (MET-4): kind=sandbox, a create retried by the SDK; kind=app, an app from waiting_capacity to running.",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
-		}),
+		}, []string{"kind"}),
 	}
 	// Every series present at 0 from the start, so rates and alerts work before the first event.
+	m.firstRefusal.WithLabelValues("sandbox")
+	m.firstRefusal.WithLabelValues("app")
 	for _, st := range []berth.SandboxState{berth.SandboxEvicted, berth.SandboxFailed, berth.SandboxStopped} {
 		m.ended.WithLabelValues(string(st))
 	}

@@ -54,6 +54,18 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("PUT /v1/tenants/{name}/quota", admin(s.putQuota))
 	mux.HandleFunc("GET /v1/tenants/{name}/quota", admin(s.getQuota))
 
+	mux.HandleFunc("POST /v1/apps", tenant(s.createApp))
+	mux.HandleFunc("GET /v1/apps", tenant(s.listApps))
+	mux.HandleFunc("GET /v1/apps/{name}", tenant(s.getApp))
+	mux.HandleFunc("DELETE /v1/apps/{name}", tenant(s.deleteApp))
+	mux.HandleFunc("POST /v1/apps/{name}/deploy", tenant(s.deployApp))
+	mux.HandleFunc("POST /v1/apps/{name}/hibernate", tenant(s.setAppDesired(berth.DesireHibernated, "hibernate")))
+	mux.HandleFunc("POST /v1/apps/{name}/wake", tenant(s.setAppDesired(berth.DesireRunning, "wake")))
+	mux.HandleFunc("POST /v1/apps/{name}/start", tenant(s.setAppDesired(berth.DesireRunning, "start")))
+	mux.HandleFunc("POST /v1/apps/{name}/stop", tenant(s.setAppDesired(berth.DesireStopped, "stop")))
+	mux.HandleFunc("/apps/{name}", s.appRoute)
+	mux.HandleFunc("/apps/{name}/{path...}", s.appRoute)
+
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -62,7 +74,17 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
-	return s.recoverer(mux)
+	var h http.Handler = mux
+	if s.cfg.AppsDomain != "" {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if name, ok := s.appHost(r); ok {
+				s.serveApp(w, r, name, r.URL.EscapedPath())
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
+	return s.recoverer(h)
 }
 
 // recoverer gives every request an id and turns a panic into a logged 500 (a bug, never

@@ -162,7 +162,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		if n, _ := strconv.Atoi(r.Header.Get(berth.HeaderAttempt)); n > 1 {
 			if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
 				if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
-					s.metrics.firstRefusal.Observe(d.Seconds())
+					s.metrics.firstRefusal.WithLabelValues("sandbox").Observe(d.Seconds())
 				}
 			}
 		}

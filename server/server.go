@@ -5,6 +5,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,7 +66,22 @@ type Config struct {
 	// StartingGrace is how long a sandbox may stay starting before the sweeper fails it
 	// (its replica died mid-create and its agent never listed it). Default AgentTimeout + 30 s.
 	StartingGrace time.Duration
-	Logger        *slog.Logger
+	// Apps (APP-1, APP-2). AppReconcileInterval is the reconciler's period (default 1 s; it
+	// also runs at once after any app change). AppStartTimeout is how long a started app's
+	// command has to answer on its port (default 30 s); AppStartFailures how many starts in
+	// a row whose command exits before serving make the app error (default 3). AppWakeTimeout
+	// is how long a request to a hibernated app is held while it wakes (default 30 s).
+	// AppBackoffBase and AppBackoffCap are the full-jitter window added to a refusal's
+	// Retry-After (SDK-1's defaults, 0.25 s and 8 s). AppsDomain, when set, routes requests
+	// whose Host is <app>.<AppsDomain> to the app (besides /apps/<app>/ on any host).
+	AppReconcileInterval time.Duration
+	AppStartTimeout      time.Duration
+	AppStartFailures     int
+	AppWakeTimeout       time.Duration
+	AppBackoffBase       time.Duration
+	AppBackoffCap        time.Duration
+	AppsDomain           string
+	Logger               *slog.Logger
 	// Clock is the time source; tests may replace it.
 	Clock func() time.Time
 	// Registry receives the server's metrics; nil creates a private registry.
@@ -91,6 +107,13 @@ func DefaultConfig() Config {
 		LeaseStateful:     10 * time.Minute,
 		DrainDeadline:     10 * time.Minute,
 		Quarantine:        berth.QuarantinePolicy{After: 3, Backoff: 30 * time.Second, MaxBackoff: 10 * time.Minute},
+
+		AppReconcileInterval: time.Second,
+		AppStartTimeout:      30 * time.Second,
+		AppStartFailures:     3,
+		AppWakeTimeout:       30 * time.Second,
+		AppBackoffBase:       berth.BackoffBase,
+		AppBackoffCap:        berth.BackoffCap,
 	}
 }
 
@@ -106,6 +129,13 @@ type Server struct {
 	metrics   *metrics
 	stopping  sync.Map // agent id → a stopEnded round in flight
 	log       *slog.Logger
+	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
+	// this replica; appSeen the last request each app got here, appFlushed when that was
+	// last written to the store (idle hibernation across replicas).
+	appKick    chan struct{}
+	appBusy    sync.Map // name → true
+	appSeen    sync.Map // name → time.Time
+	appFlushed sync.Map // name → time.Time
 }
 
 // New returns a server over st. Zero fields of cfg take their defaults.
@@ -165,6 +195,12 @@ func New(cfg Config, st berth.Store) *Server {
 	if cfg.StartingGrace <= 0 {
 		cfg.StartingGrace = cfg.AgentTimeout + 30*time.Second
 	}
+	cfg.AppReconcileInterval = cmp.Or(max(cfg.AppReconcileInterval, 0), def.AppReconcileInterval)
+	cfg.AppStartTimeout = cmp.Or(max(cfg.AppStartTimeout, 0), def.AppStartTimeout)
+	cfg.AppStartFailures = cmp.Or(max(cfg.AppStartFailures, 0), def.AppStartFailures)
+	cfg.AppWakeTimeout = cmp.Or(max(cfg.AppWakeTimeout, 0), def.AppWakeTimeout)
+	cfg.AppBackoffBase = cmp.Or(max(cfg.AppBackoffBase, 0), def.AppBackoffBase)
+	cfg.AppBackoffCap = cmp.Or(max(cfg.AppBackoffCap, 0), def.AppBackoffCap)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -193,6 +229,7 @@ func New(cfg Config, st berth.Store) *Server {
 		quotas:    &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
 		metrics:   m,
 		log:       cfg.Logger,
+		appKick:   make(chan struct{}, 1),
 	}
 }
 
@@ -202,6 +239,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if w, ok := s.store.(berth.AgentWatcher); ok {
 		go s.watchAgents(ctx, w)
 	}
+	go s.runApps(ctx)
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {

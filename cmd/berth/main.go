@@ -72,7 +72,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&cf.key, "key", os.Getenv("BERTH_KEY"), "API key (env BERTH_KEY; default: the dev stack's admin.key)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when --key is not set")
 	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1)")
-	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf))
+	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newAppsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf))
 	return root
 }
 

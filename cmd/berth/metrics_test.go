@@ -99,7 +99,7 @@ func TestMET_MetricsMatchTheRun(t *testing.T) {
 		{"berth_scheduler_refusals_total", map[string]string{"code": "no_capacity"}, func(v float64) bool { return v >= float64(refused+1) }, "≥ the 503s served (3 scripted + the SDK's)"},
 		{"berth_api_create_seconds", map[string]string{"outcome": "created"}, func(v float64) bool { return v == 3 }, "3 creates"},
 		{"berth_api_create_seconds", map[string]string{"outcome": "no_capacity"}, func(v float64) bool { return v >= float64(refused+1) }, "every refusal"},
-		{"berth_api_time_to_success_seconds", nil, func(v float64) bool { return v == 1 }, "one create succeeded after a refusal"},
+		{"berth_api_time_to_success_seconds", map[string]string{"kind": "sandbox"}, func(v float64) bool { return v == 1 }, "one create succeeded after a refusal"},
 		{"berth_scheduler_pick_seconds", nil, func(v float64) bool { return v >= 6 }, "a pick per attempt"},
 		{"berth_ledger_expirations_total", nil, func(v float64) bool { return v == 0 }, "no leaked reservation"},
 		{"berth_ledger_outstanding_reserved_mib", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v >= 0 && v <= 1024 }, "a gauge per agent"},

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"LogEvents", one(testLogEvents)},
 		{"PinVolume", one(testPinVolume)},
+		{"Apps", one(testApps)},
 		{"Quota", one(testQuota)},
 		{"OOMEvents", one(testOOMEvents)},
 		{"Reserve", testReserve},

@@ -1,0 +1,194 @@
+package berth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// AppState is the actual state of an app (APP-1).
+type AppState string
+
+// App states (APP-1, APP-2). hibernated, stopped and error hold no sandbox; running serves
+// from one; waking and deploying are starting one; waiting_capacity was refused by the
+// scheduler (a 503) and retries with backoff — it is never a failure.
+const (
+	AppHibernated      AppState = "hibernated"
+	AppWaking          AppState = "waking"
+	AppDeploying       AppState = "deploying"
+	AppRunning         AppState = "running"
+	AppWaitingCapacity AppState = "waiting_capacity"
+	AppStopped         AppState = "stopped"
+	AppError           AppState = "error"
+)
+
+// AppDesired is what the owner (or the idle timer, or a request) wants of an app.
+type AppDesired string
+
+// Desired states: running (serve; a hibernated app is woken), hibernated (no sandbox; the
+// next request wakes it) and stopped (no sandbox; requests get app_stopped).
+const (
+	DesireRunning    AppDesired = "running"
+	DesireHibernated AppDesired = "hibernated"
+	DesireStopped    AppDesired = "stopped"
+)
+
+// Valid reports whether d is a known desired state.
+func (d AppDesired) Valid() bool {
+	return d == DesireRunning || d == DesireHibernated || d == DesireStopped
+}
+
+// AppSpec is one template version of an app (APP-1): the sandbox it runs in, the command of
+// its long-lived server, the files written before the command starts (path relative to the
+// sandbox's working directory → content), and the TCP port it listens on inside the sandbox.
+type AppSpec struct {
+	Template  string            `json:"template"`
+	MemoryMiB int64             `json:"memory_mb,omitempty"`
+	Command   []string          `json:"command"`
+	Files     map[string]string `json:"files,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Port      int               `json:"port"`
+}
+
+// Limits of an app spec.
+const (
+	MaxAppFiles     = 64
+	MaxAppFileBytes = 1 << 20
+	MaxAppSpecBytes = 4 << 20
+)
+
+var appNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidAppName reports whether name can name an app: a DNS label (1–63 of a-z, 0-9 and '-',
+// not starting or ending in '-'), so it also works as a Host-header subdomain.
+func ValidAppName(name string) bool { return appNameRE.MatchString(name) }
+
+// Validate checks a spec's shape; the errors are invalid_request *Errors naming the field.
+func (s AppSpec) Validate() error {
+	switch {
+	case s.Template == "":
+		return Errorf(EInvalidRequest, "template is required")
+	case len(s.Command) == 0 || s.Command[0] == "":
+		return Errorf(EInvalidRequest, "command is required: the app's server, e.g. [\"python3\",\"-m\",\"http.server\",\"8080\"]")
+	case s.Port < 1 || s.Port > 65535:
+		return Errorf(EInvalidRequest, "port %d is not in 1..65535", s.Port)
+	case s.MemoryMiB < 0:
+		return Errorf(EInvalidRequest, "memory_mb %d is negative", s.MemoryMiB)
+	case len(s.Files) > MaxAppFiles:
+		return Errorf(EInvalidRequest, "%d files; at most %d", len(s.Files), MaxAppFiles)
+	}
+	for p, data := range s.Files {
+		clean := path.Clean(p)
+		if p == "" || path.IsAbs(p) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(p, 0) {
+			return Errorf(EInvalidRequest, "file path %q must be relative and stay inside the sandbox's working directory", p)
+		}
+		if len(data) > MaxAppFileBytes {
+			return Errorf(EInvalidRequest, "file %q is %d bytes; at most %d", p, len(data), MaxAppFileBytes)
+		}
+	}
+	for k := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return Errorf(EInvalidRequest, "env name %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+// App is the record of one app (APP-1) as the store and the API see it. Names are unique
+// across the fleet (they route requests: /apps/{name}/ and {name}.<apps domain>); each app
+// belongs to one tenant.
+type App struct {
+	Name    string     `json:"name"`
+	Tenant  string     `json:"tenant"`
+	Spec    AppSpec    `json:"spec"`
+	Version int        `json:"version"` // of Spec; a deploy increments it
+	Desired AppDesired `json:"desired"`
+	State   AppState   `json:"state"`
+	// Reason explains the latest transition (a refusal's code and message, a lost sandbox,
+	// the output of a command that exits at once).
+	Reason string `json:"reason,omitempty"`
+	// SandboxID serves the app's requests (on AgentID), running ServingVersion of the spec;
+	// empty while hibernated, stopped or before the first start.
+	SandboxID      string `json:"sandbox_id,omitempty"`
+	AgentID        string `json:"agent_id,omitempty"`
+	ServingVersion int    `json:"serving_version,omitempty"`
+	// Retire lists sandboxes the app no longer uses that are still to be stopped (an old
+	// version after a deploy, the sandbox of a hibernated app).
+	Retire []string `json:"retire,omitempty"`
+	// Incarnation numbers the app's sandbox starts; with Version it makes the Idempotency-Key
+	// of the next start, so replicas reconciling the same app create one sandbox, not two.
+	Incarnation int `json:"incarnation"`
+	// WaitingSince is the first capacity refusal of the start in progress (zero when none):
+	// the start of the MET-4 time to success. RetryAt is when the reconciler tries again,
+	// RetryCode the refusal's code, Attempts the refusals so far (APP-2).
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
+	RetryAt      time.Time `json:"retry_at,omitzero"`
+	RetryCode    string    `json:"retry_code,omitempty"`
+	Attempts     int       `json:"attempts,omitempty"`
+	// StartFailures counts consecutive starts whose command exited before it served.
+	StartFailures int `json:"start_failures,omitempty"`
+	// IdleSeconds hibernates a running app after that long without a request; 0 never.
+	IdleSeconds int64     `json:"idle_seconds"`
+	LastActive  time.Time `json:"last_active,omitzero"`
+	// Revision increases with every write; UpdateApp writes only over the revision it read.
+	Revision  int64     `json:"revision"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// IdempotencyKey is the key of the app's next sandbox start (API-4): one per version and
+// incarnation, so a retried or concurrent start finds the first one.
+func (a App) IdempotencyKey() string {
+	return fmt.Sprintf("app/%s/v%d/i%d", a.Name, a.Version, a.Incarnation)
+}
+
+// AppRequest is the body of POST /v1/apps: the name, the first version's spec, the desired
+// state (default running) and the idle time before hibernation in seconds (0: never).
+type AppRequest struct {
+	Name string `json:"name"`
+	AppSpec
+	Desired     AppDesired `json:"desired,omitempty"`
+	IdleSeconds int64      `json:"idle_seconds,omitempty"`
+}
+
+// ErrAppExists is returned (wrapped) by AppStore.CreateApp when the name is taken.
+var ErrAppExists = errors.New("app name already taken")
+
+// ErrStaleRevision is returned (wrapped) by AppStore.UpdateApp when the app changed since it
+// was read: re-read and decide again.
+var ErrStaleRevision = errors.New("app changed since it was read")
+
+// AppStore keeps apps (APP-1). Every change of an app's actual state writes its event
+// ("app/<name>", from → to, reason) in the same transaction (LIF-3).
+type AppStore interface {
+	// CreateApp inserts a with Revision 1 and the event "" → a.State; a taken name →
+	// ErrAppExists.
+	CreateApp(ctx context.Context, a App, actor string, now time.Time) (App, error)
+	// App returns one app or an error wrapping ErrNotFound.
+	App(ctx context.Context, name string) (App, error)
+	// Apps lists the tenant's apps (every app when tenant is "") ordered by name.
+	Apps(ctx context.Context, tenant string) ([]App, error)
+	// UpdateApp writes a over the stored app only if its revision is still a.Revision
+	// (else ErrStaleRevision; unknown app ErrNotFound), sets UpdatedAt to now, increments
+	// the revision, and writes the event old state → a.State with reason when the state
+	// changed. It returns the app as stored.
+	UpdateApp(ctx context.Context, a App, reason, actor string, now time.Time) (App, error)
+	// DeleteApp removes the app if its revision is still revision, with the event
+	// state → "deleted".
+	DeleteApp(ctx context.Context, name string, revision int64, actor string, now time.Time) error
+}
+
+// InStore returns a as stores keep it: every time in UTC, to the millisecond (the precision
+// both stores hold), so an app reads back exactly as written.
+func (a App) InStore() App {
+	for _, t := range []*time.Time{&a.WaitingSince, &a.RetryAt, &a.LastActive, &a.CreatedAt, &a.UpdatedAt} {
+		if !t.IsZero() {
+			*t = t.UTC().Truncate(time.Millisecond)
+		}
+	}
+	return a
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth"
+)
+
+// specFlags are the flags of one app version (APP-1), shared by create and deploy.
+type specFlags struct {
+	template string
+	memory   int64
+	port     int
+	files    []string // PATH=LOCALFILE
+	env      []string // NAME=VALUE
+}
+
+func (f *specFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.template, "template", "", "sandbox template (see `berth templates`)")
+	cmd.Flags().Int64Var(&f.memory, "memory-mb", 0, "memory, MiB (default: the template's)")
+	cmd.Flags().IntVar(&f.port, "port", 0, "TCP port the app listens on inside its sandbox")
+	cmd.Flags().StringArrayVar(&f.files, "file", nil, "PATH=LOCALFILE: write LOCALFILE to PATH (relative to the app's working directory) before the command starts; repeatable")
+	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE in the command's environment; repeatable")
+}
+
+// apply overrides spec with the flags that were set (and the command, when given).
+func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []string) error {
+	if cmd.Flags().Changed("template") {
+		spec.Template = f.template
+	}
+	if cmd.Flags().Changed("memory-mb") {
+		spec.MemoryMiB = f.memory
+	}
+	if cmd.Flags().Changed("port") {
+		spec.Port = f.port
+	}
+	if len(command) > 0 {
+		spec.Command = command
+	}
+	if len(f.files) > 0 {
+		spec.Files = map[string]string{}
+		for _, kv := range f.files {
+			p, local, ok := strings.Cut(kv, "=")
+			if !ok || p == "" || local == "" {
+				return fmt.Errorf("--file %q: want PATH=LOCALFILE", kv)
+			}
+			b, err := os.ReadFile(local)
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", p, err)
+			}
+			spec.Files[p] = string(b)
+		}
+	}
+	if len(f.env) > 0 {
+		spec.Env = map[string]string{}
+		for _, kv := range f.env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+			}
+			spec.Env[k] = v
+		}
+	}
+	return nil
+}
+
+func newAppsCmd(cf *clientFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "apps", Aliases: []string{"app"}, Short: "Long-lived apps: create, deploy, hibernate, wake (APP-1, APP-2)",
+		Long: "An app is a long-lived HTTP server in a sandbox, reached at <server>/apps/<name>/. It hibernates\n" +
+			"after --idle seconds without a request and wakes on the next one. A full fleet never fails an app:\n" +
+			"it waits in waiting_capacity and retries by itself."}
+
+	var sf specFlags
+	var idle int64
+	var desired string
+	create := &cobra.Command{
+		Use:   "create NAME --template T --port P [--file PATH=LOCAL]... -- CMD [ARG...]",
+		Short: "Create an app and start it (or leave it hibernated or stopped with --desired)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			req := berth.AppRequest{Name: args[0], IdleSeconds: idle, Desired: berth.AppDesired(desired)}
+			if err := sf.apply(cmd, &req.AppSpec, args[1:]); err != nil {
+				return err
+			}
+			a, err := c.CreateApp(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), a)
+		},
+	}
+	sf.register(create)
+	create.Flags().Int64Var(&idle, "idle", 0, "hibernate after this many seconds without a request (0: never)")
+	create.Flags().StringVar(&desired, "desired", "running", "running, hibernated or stopped")
+
+	var df specFlags
+	deploy := &cobra.Command{
+		Use:   "deploy NAME [flags] [-- CMD [ARG...]]",
+		Short: "Deploy a new version: the current spec with the flags given (and the command, if given) changed",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			cur, err := c.App(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			spec := cur.Spec
+			if err := df.apply(cmd, &spec, args[1:]); err != nil {
+				return err
+			}
+			a, err := c.DeployApp(cmd.Context(), args[0], spec)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), a)
+		},
+	}
+	df.register(deploy)
+
+	list := &cobra.Command{
+		Use: "list", Short: "List apps", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			apps, err := c.Apps(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tDESIRED\tVERSION\tSERVING\tSANDBOX\tAGENT\tREASON")
+			for _, a := range apps {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", a.Name, a.State, a.Desired, a.Version, a.ServingVersion,
+					a.SandboxID, a.AgentID, a.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	get := &cobra.Command{
+		Use: "get NAME", Short: "Show one app", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			a, err := c.App(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), a)
+		},
+	}
+	del := &cobra.Command{
+		Use: "delete NAME", Aliases: []string{"rm"}, Short: "Stop an app's sandboxes and delete it", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			return c.DeleteApp(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(create, deploy, list, get, del)
+	for _, v := range []struct{ verb, short string }{
+		{"hibernate", "Stop the app's sandbox; the next request wakes it"},
+		{"wake", "Start a hibernated app now"},
+		{"stop", "Stop the app; requests get app_stopped until `start`"},
+		{"start", "Start a stopped app (or one in error, after fixing it)"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use: v.verb + " NAME", Short: v.short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := cf.client()
+				if err != nil {
+					return err
+				}
+				a, err := c.SetApp(cmd.Context(), args[0], v.verb)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), a)
+			},
+		})
+	}
+	return cmd
+}

@@ -1,0 +1,426 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// The app reconciler (APP-2) drives every app's actual state toward its desired state
+// through the normal scheduler. Each replica runs it; they agree through the store: every
+// write is a compare-and-set on the app's revision, and a start's sandbox carries an
+// Idempotency-Key made of the app's version and incarnation, so two replicas starting the
+// same app get the same sandbox.
+//
+// A capacity refusal (any retryable code, and tenant_over_quota, which frees up the same way)
+// puts the app in waiting_capacity and schedules the next try after the server's Retry-After
+// plus a full-jitter backoff (SDK-1's window); it never makes the app error. error is only
+// for what a retry cannot fix: a template gone, or a command that exits before it answers on
+// its port on AppStartFailures starts in a row.
+
+// errSuperseded stops a mutation whose premise no longer holds (the app changed under it).
+var errSuperseded = errors.New("app changed: decision superseded")
+
+// runApps reconciles every app each AppReconcileInterval, and at once when kicked, until
+// ctx ends. An app is worked on by one goroutine at a time per replica.
+func (s *Server) runApps(ctx context.Context) {
+	t := time.NewTicker(s.cfg.AppReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.appKick:
+		}
+		apps, err := s.store.Apps(ctx, "")
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("app reconciler: list apps failed", "err", err)
+			}
+			continue
+		}
+		for _, a := range apps {
+			if _, busy := s.appBusy.LoadOrStore(a.Name, true); busy {
+				continue
+			}
+			go func() {
+				defer s.appBusy.Delete(a.Name)
+				s.reconcileApp(ctx, a)
+			}()
+		}
+	}
+}
+
+// kickApps makes the reconciler run a round now (without blocking).
+func (s *Server) kickApps() {
+	select {
+	case s.appKick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileApp takes one step for a (read at the start of the round; every write re-reads).
+func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
+	if len(a.Retire) > 0 {
+		for _, id := range a.Retire {
+			s.retireSandbox(ctx, id, "app "+a.Name+" no longer uses it")
+		}
+		done := a.Retire
+		updated, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+			a.Retire = slices.DeleteFunc(a.Retire, func(id string) bool { return slices.Contains(done, id) })
+			return nil
+		})
+		if err != nil {
+			return
+		}
+		a = updated
+	}
+	now := s.cfg.Clock()
+	switch a.Desired {
+	case berth.DesireHibernated, berth.DesireStopped:
+		target := berth.AppHibernated
+		if a.Desired == berth.DesireStopped {
+			target = berth.AppStopped
+		}
+		if a.SandboxID == "" && a.State == target {
+			return
+		}
+		why := a.Reason
+		s.settle(ctx, a.Name, func(a *berth.App) error {
+			if a.Desired == berth.DesireRunning {
+				return errSuperseded
+			}
+			s.unserve(a)
+			resetStart(a)
+			a.State, a.Reason = target, cmp.Or(why, string(a.Desired))
+			return nil
+		})
+		return
+	}
+
+	// Desired running. Is the serving sandbox still alive?
+	if a.SandboxID != "" {
+		sb, err := s.store.Sandbox(ctx, a.SandboxID)
+		switch {
+		case err != nil && !errors.Is(err, berth.ErrNotFound):
+			return
+		case err != nil || sb.State.Terminal():
+			gone, state, why := a.SandboxID, sb.State, sb.Reason
+			if err != nil {
+				state, why = "gone", "the store does not know it"
+			}
+			a2, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+				if a.SandboxID != gone {
+					return errSuperseded
+				}
+				a.SandboxID, a.AgentID, a.ServingVersion = "", "", 0
+				a.Incarnation++
+				a.State = berth.AppWaking
+				a.Reason = fmt.Sprintf("sandbox %s %s (%s): reconstructing version %d elsewhere", gone, state, why, a.Version)
+				return nil
+			})
+			if err != nil {
+				return
+			}
+			a = a2
+		}
+	}
+	if a.SandboxID != "" && a.ServingVersion == a.Version {
+		if a.State == berth.AppRunning && a.IdleSeconds > 0 {
+			last := a.LastActive
+			if v, ok := s.appSeen.Load(a.Name); ok && v.(time.Time).After(last) {
+				last = v.(time.Time)
+			}
+			if idle := now.Sub(last); idle >= time.Duration(a.IdleSeconds)*time.Second {
+				s.settle(ctx, a.Name, func(a *berth.App) error {
+					if a.State != berth.AppRunning || a.Desired != berth.DesireRunning || a.LastActive.After(last) {
+						return errSuperseded
+					}
+					s.unserve(a)
+					a.Desired, a.State = berth.DesireHibernated, berth.AppHibernated
+					a.Reason = fmt.Sprintf("no request for %s (idle_seconds %d): hibernated", idle.Round(time.Second), a.IdleSeconds)
+					return nil
+				})
+			}
+			return
+		}
+		if a.State != berth.AppRunning {
+			// e.g. a deploy of a version that was already serving; nothing to start.
+			_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+				if a.SandboxID == "" || a.ServingVersion != a.Version || a.State == berth.AppRunning {
+					return errSuperseded
+				}
+				a.State, a.Reason = berth.AppRunning, fmt.Sprintf("serving version %d from sandbox %s", a.Version, a.SandboxID)
+				return nil
+			})
+		}
+		return
+	}
+	if a.State == berth.AppError || now.Before(a.RetryAt) {
+		return
+	}
+	s.startApp(ctx, a)
+}
+
+// startApp places a sandbox for a's current version, sets it up (files, then the command),
+// waits until it answers on its port and switches the app to it; the sandbox it replaces is
+// retired. Refusals and failures are recorded on the app (APP-2).
+func (s *Server) startApp(ctx context.Context, a berth.App) {
+	t, err := s.templates.get(ctx, a.Spec.Template)
+	if errors.Is(err, berth.ErrNotFound) {
+		s.failApp(ctx, a, fmt.Sprintf("template %q no longer exists: deploy a version with another template", a.Spec.Template))
+		return
+	}
+	if err != nil {
+		return // the store is down; the next round tries again
+	}
+	now := s.cfg.Clock().UTC()
+	sb := berth.Sandbox{
+		ID: newID("sb"), Template: t.Name, Tenant: a.Tenant,
+		MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB), VCPUs: t.VCPUs,
+		CreatedAt: now, ExpiresAt: now.Add(s.cfg.MaxTTL),
+		Metadata:       map[string]string{"app": a.Name, "app_version": strconv.Itoa(a.Version)},
+		IdempotencyKey: a.IdempotencyKey(),
+	}
+	placed, err := s.placeForApp(ctx, a, sb)
+	if err != nil {
+		code := berth.ErrorCode(err)
+		var e *berth.Error
+		if errors.As(err, &e) && (e.Retryable() || code == berth.ETenantOverQuota) {
+			s.waitCapacity(ctx, a, e)
+			return
+		}
+		if code == berth.EInvalidRequest || code == berth.ETemplateNotFound {
+			s.failApp(ctx, a, "cannot be placed: "+berth.ErrorMessage(err))
+			return
+		}
+		s.log.Warn("app start failed; will retry", "app", a.Name, "err", err)
+		return
+	}
+	if placed.State != berth.SandboxRunning {
+		return // it ended already (failed starts free their key); the next round starts anew
+	}
+	addr, err := s.agentAddress(ctx, placed.AgentID)
+	if err == nil {
+		err = s.setUpApp(ctx, addr, placed.ID, a.Spec)
+	}
+	if err != nil {
+		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" set-up failed: "+err.Error())
+		s.startFailed(ctx, a, berth.ErrorCode(err) == berth.EServiceExited, err)
+		return
+	}
+	version := a.Version
+	var waited time.Time
+	switched, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+		if a.Version != version || a.Desired != berth.DesireRunning {
+			return errSuperseded
+		}
+		if a.SandboxID == placed.ID {
+			return errSuperseded // another replica switched to it already
+		}
+		if a.SandboxID != "" {
+			a.Retire = append(a.Retire, a.SandboxID)
+		}
+		waited = a.WaitingSince
+		a.SandboxID, a.AgentID, a.ServingVersion = placed.ID, placed.AgentID, version
+		a.State = berth.AppRunning
+		a.Reason = fmt.Sprintf("serving version %d from sandbox %s on agent/%s", version, placed.ID, placed.AgentID)
+		resetStart(a)
+		a.Incarnation++
+		a.LastActive = s.cfg.Clock()
+		return nil
+	})
+	switch {
+	case err == nil:
+		if !waited.IsZero() {
+			// MET-4: from the first refusal to running.
+			s.metrics.firstRefusal.WithLabelValues("app").Observe(s.cfg.Clock().Sub(waited).Seconds())
+		}
+		s.log.Info("app serving", "app", a.Name, "version", version, "sandbox", placed.ID, "agent", placed.AgentID)
+		for _, id := range switched.Retire {
+			s.retireSandbox(ctx, id, fmt.Sprintf("app %s now serves version %d from %s", a.Name, version, placed.ID))
+		}
+		s.kickApps() // clear the retire list
+	case errors.Is(err, errSuperseded):
+		cur, rerr := s.store.App(ctx, a.Name)
+		if rerr == nil && cur.SandboxID == placed.ID {
+			return
+		}
+		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" changed while it started")
+	default:
+		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" is gone or unreadable: "+err.Error())
+	}
+}
+
+// placeForApp places sb through the scheduler. A start already in flight with the same
+// Idempotency-Key (another replica) is waited for and its sandbox used.
+func (s *Server) placeForApp(ctx context.Context, a berth.App, sb berth.Sandbox) (berth.Sandbox, error) {
+	if err := s.checkQuota(ctx, a.Tenant, sb.MemoryMiB); err != nil {
+		return sb, err
+	}
+	for range 3 {
+		if first, found, err := s.awaitIdempotent(ctx, a.Tenant, sb.IdempotencyKey); err != nil {
+			return sb, err
+		} else if found {
+			return first, nil
+		}
+		placed, err := s.sched.place(ctx, sb, berth.CreateRequest{}, s.appActor())
+		if !errors.Is(err, errIdempotent) {
+			return placed, err
+		}
+	}
+	return sb, berth.Errorf(berth.EUnavailable, "another start of app %s holds its key", a.Name)
+}
+
+// setUpApp writes the spec's files into the sandbox's working directory, starts its
+// command, and waits until something answers on its port (any HTTP answer), the command
+// exits (service_exited, with its output) or AppStartTimeout passes.
+func (s *Server) setUpApp(ctx context.Context, addr, id string, spec berth.AppSpec) error {
+	for _, p := range slices.Sorted(maps.Keys(spec.Files)) {
+		if err := s.agents.writeFile(ctx, addr, id, "/tmp/"+p, []byte(spec.Files[p])); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	if err := s.agents.serve(ctx, addr, id, berth.ServiceRequest{Cmd: spec.Command, Env: spec.Env}); err != nil {
+		return fmt.Errorf("start the command: %w", err)
+	}
+	deadline := time.Now().Add(s.cfg.AppStartTimeout)
+	for {
+		err := s.agents.probe(ctx, addr, id, spec.Port)
+		if err == nil || berth.ErrorCode(err) == berth.EServiceExited {
+			return err
+		}
+		if time.Now().After(deadline) {
+			st, _ := s.agents.serviceStatus(ctx, addr, id)
+			return berth.Errorf(berth.EUpstream, "nothing answered on port %d within %s (%v); output: %s",
+				spec.Port, s.cfg.AppStartTimeout, err, st.Output)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitCapacity records a refusal: waiting_capacity (an event the first time), the first
+// refusal's time, and the next try after Retry-After plus a full-jitter backoff (APP-2).
+func (s *Server) waitCapacity(ctx context.Context, a berth.App, e *berth.Error) {
+	version := a.Version
+	_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+		if a.Version != version || a.Desired != berth.DesireRunning {
+			return errSuperseded
+		}
+		now := s.cfg.Clock()
+		if a.WaitingSince.IsZero() {
+			a.WaitingSince = now
+		}
+		window := berth.Backoff(a.Attempts, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)
+		a.Attempts++
+		a.RetryCode = e.Code
+		a.RetryAt = now.Add(e.RetryAfter + rand.N(window))
+		a.State = berth.AppWaitingCapacity
+		a.Reason = fmt.Sprintf("%s: %s (attempt %d; next try in %s)", e.Code, e.Message, a.Attempts, a.RetryAt.Sub(now).Round(time.Millisecond))
+		return nil
+	})
+}
+
+// startFailed counts a start whose command exited before serving (exited) or whose set-up
+// failed otherwise; the app errors only after AppStartFailures exits in a row.
+func (s *Server) startFailed(ctx context.Context, a berth.App, exited bool, cause error) {
+	version := a.Version
+	_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+		if a.Version != version || a.Desired != berth.DesireRunning {
+			return errSuperseded
+		}
+		a.Incarnation++
+		now := s.cfg.Clock()
+		if !exited {
+			// Transient (agent unreachable, sandbox gone mid-setup): back off and retry.
+			a.RetryAt = now.Add(rand.N(berth.Backoff(a.Attempts, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)))
+			a.Attempts++
+			return nil
+		}
+		a.StartFailures++
+		if a.StartFailures >= s.cfg.AppStartFailures {
+			a.State = berth.AppError
+			a.Reason = fmt.Sprintf("the command exits before it serves, on %d starts in a row: %s", a.StartFailures, berth.ErrorMessage(cause))
+			return nil
+		}
+		a.RetryAt = now.Add(rand.N(berth.Backoff(a.StartFailures, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)))
+		return nil
+	})
+}
+
+// failApp moves a to error with reason: a fault no retry can fix.
+func (s *Server) failApp(ctx context.Context, a berth.App, reason string) {
+	version := a.Version
+	_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+		if a.Version != version {
+			return errSuperseded
+		}
+		a.State, a.Reason = berth.AppError, reason
+		return nil
+	})
+}
+
+// settle applies fn and stops the sandboxes it retired.
+func (s *Server) settle(ctx context.Context, name string, fn func(a *berth.App) error) {
+	a, err := s.mutateApp(ctx, name, s.appActor(), fn)
+	if err != nil {
+		return
+	}
+	for _, id := range a.Retire {
+		s.retireSandbox(ctx, id, "app "+name+" "+string(a.State))
+	}
+	s.kickApps()
+}
+
+// unserve moves a's serving sandbox to its retire list.
+func (s *Server) unserve(a *berth.App) {
+	if a.SandboxID != "" {
+		a.Retire = append(a.Retire, a.SandboxID)
+	}
+	a.SandboxID, a.AgentID, a.ServingVersion = "", "", 0
+}
+
+// mutateApp reads the app, applies fn and writes it over the revision read, re-reading on a
+// concurrent write (a few times). fn's errors (errSuperseded) stop it; the event's reason is
+// the app's Reason after fn.
+func (s *Server) mutateApp(ctx context.Context, name, actor string, fn func(a *berth.App) error) (berth.App, error) {
+	for range 10 {
+		a, err := s.store.App(ctx, name)
+		if err != nil {
+			return a, err
+		}
+		if err := fn(&a); err != nil {
+			return a, err
+		}
+		updated, err := s.store.UpdateApp(ctx, a, a.Reason, actor, s.cfg.Clock())
+		if errors.Is(err, berth.ErrStaleRevision) {
+			continue
+		}
+		return updated, err
+	}
+	return berth.App{}, berth.ErrStaleRevision
+}
+
+// retireSandbox stops a sandbox an app no longer uses (if it still runs) and records it.
+func (s *Server) retireSandbox(ctx context.Context, id, reason string) {
+	sb, err := s.store.Sandbox(ctx, id)
+	if err != nil || sb.State.Terminal() {
+		return
+	}
+	s.discard(ctx, sb, reason)
+}
+
+func (s *Server) appActor() string { return "reconciler/" + s.cfg.ReplicaID }
