@@ -56,6 +56,11 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 		case r.Method == http.MethodDelete:
 			f.deletes.Add(1)
 			w.WriteHeader(http.StatusNoContent)
+		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/files"),
+			r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/service"):
+			w.WriteHeader(http.StatusNoContent) // an app's set-up (APP-1)
+		case strings.Contains(r.URL.Path, "/port/"):
+			_, _ = io.WriteString(w, "app answer") // the app behind its port
 		default:
 			w.WriteHeader(http.StatusNotFound)
 		}

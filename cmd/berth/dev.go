@@ -35,6 +35,7 @@ type devConfig struct {
 	DrainDeadline     time.Duration
 	EvictFloorMiB     int64
 	Isolate           string
+	AppsDomain        string
 	Logger            *slog.Logger
 }
 
@@ -92,6 +93,7 @@ func newDevCmd() *cobra.Command {
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry and reserve TTL (ADM-5, LED-2)")
 	f.StringVar(&cfg.Isolate, "isolate", cfg.Isolate, "sandbox isolation: auto, on or off")
+	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.Int64Var(&cfg.EvictFloorMiB, "evict-floor-mb", 0, "evict stateless sandboxes when an agent's available memory stays under this, MiB (ADM-9; default 5 % of its budget)")
 	return cmd
 }
@@ -154,6 +156,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.HeartbeatInterval = cfg.HeartbeatInterval
 	scfg.ReservationTTL = cfg.ReservationTTL
 	scfg.DrainDeadline = cfg.DrainDeadline
+	scfg.AppsDomain = cfg.AppsDomain
 	scfg.Logger = cfg.Logger
 	srv := server.New(scfg, st)
 	ln, err := net.Listen("tcp", cfg.Listen)

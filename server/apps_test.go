@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// fakeClock is a settable clock for the reconciler's retry times.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (h *harness) do(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (h *harness) app(t *testing.T, name string) berth.App {
+	t.Helper()
+	a, err := h.st.App(context.Background(), name)
+	must(t, err)
+	return a
+}
+
+func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
+
+// TestAPP2_RefusalsNeverError: an app refused by the scheduler waits in waiting_capacity;
+// the reconciler does not retry before the server's Retry-After (30 s for no_healthy_agents),
+// retries after it with full jitter on top, never moves the app to error however many
+// times it is refused, and once a host appears the app runs and MET-4 counts the wait.
+func TestAPP2_RefusalsNeverError(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}
+	h := newHarnessWith(t, func(c *Config) {
+		c.Clock, c.AppReconcileInterval = clk.Now, 5*time.Millisecond
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.s.Run(ctx)
+
+	code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"web","template":"python","command":["python3","-m","http.server","8080"],"port":8080,"memory_mb":256}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create app: %d %s", code, body)
+	}
+	waitUntil(t, "waiting_capacity", func() (bool, string) {
+		a := h.app(t, "web")
+		return a.State == berth.AppWaitingCapacity, string(a.State)
+	})
+	a := h.app(t, "web")
+	if a.RetryCode != berth.ENoHealthyAgents || a.Attempts != 1 {
+		t.Fatalf("first refusal: %+v; want no_healthy_agents, attempt 1", a)
+	}
+	if wait := a.RetryAt.Sub(a.WaitingSince); wait < 30*time.Second || wait >= 30*time.Second+berth.BackoffBase {
+		t.Fatalf("next try in %v; want Retry-After (30 s) plus a jitter under the first window (%v)", wait, berth.BackoffBase)
+	}
+	// Before Retry-After has passed nothing is tried, whatever the rounds.
+	clk.Add(29 * time.Second)
+	time.Sleep(50 * time.Millisecond) // ~10 rounds; nothing may happen in them
+	if a := h.app(t, "web"); a.Attempts != 1 {
+		t.Fatalf("attempts %d before Retry-After passed; want 1", a.Attempts)
+	}
+	for i := 2; i <= 8; i++ {
+		clk.Add(40 * time.Second)
+		waitUntil(t, fmt.Sprintf("attempt %d", i), func() (bool, string) {
+			a := h.app(t, "web")
+			return a.Attempts >= i, fmt.Sprint(a.Attempts, a.State)
+		})
+		if a := h.app(t, "web"); a.State != berth.AppWaitingCapacity {
+			t.Fatalf("after %d refusals: %s (%s); want waiting_capacity", i, a.State, a.Reason)
+		}
+	}
+	evs, err := h.st.Events(context.Background(), berth.EventFilter{Entity: "app/web"})
+	must(t, err)
+	if len(evs) != 2 || evs[1].To != string(berth.AppWaitingCapacity) {
+		t.Fatalf("events %+v; want created, then one deploying→waiting_capacity (retries write none)", evs)
+	}
+
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	clk.Add(40 * time.Second)
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	waitUntil(t, "running", func() (bool, string) {
+		a := h.app(t, "web")
+		return a.State == berth.AppRunning, string(a.State) + " " + a.Reason
+	})
+	if a := h.app(t, "web"); a.AgentID != "a1" || !a.WaitingSince.IsZero() || a.Attempts != 0 {
+		t.Fatalf("running app: %+v; want on a1 with the wait cleared", a)
+	}
+	if code, body := h.do(t, http.MethodGet, "/apps/web/", ""); code != http.StatusOK || body != "app answer" {
+		t.Fatalf("request: %d %q", code, body)
+	}
+	if n := histogramCount(t, h, "app"); n != 1 {
+		t.Fatalf("MET-4 app count %d; want 1", n)
+	}
+}
+
+func histogramCount(t *testing.T, h *harness, kind string) uint64 {
+	t.Helper()
+	mfs, err := h.s.cfg.Registry.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "berth_api_time_to_success_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	t.Fatalf("no MET-4 series for kind %s", kind)
+	return 0
+}
+
+// TestAPP1_BadInput: every malformed app call is a 4xx with a stable code and writes
+// nothing; never a 500.
+func TestAPP1_BadInput(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) {})
+	ok := `"template":"python","command":["x"],"port":8080`
+	cases := []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"POST", "/v1/apps", `{"name":"Web",` + ok + `}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"-web",` + ok + `}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"` + strings.Repeat("a", 64) + `",` + ok + `}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web","template":"python","command":[],"port":8080}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web","template":"python","command":["x"],"port":0}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web","template":"python","command":["x"],"port":70000}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web","template":"nope","command":["x"],"port":8080}`, 404, berth.ETemplateNotFound},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"memory_mb":-1}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"files":{"../x":"a"}}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"files":{"/etc/x":"a"}}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"env":{"A=B":"a"}}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"desired":"dancing"}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"idle_seconds":-5}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"extra":1}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",`, 400, berth.EInvalidRequest},
+		{"GET", "/v1/apps/nope", ``, 404, berth.EAppNotFound},
+		{"POST", "/v1/apps/nope/deploy", `{` + ok + `}`, 404, berth.EAppNotFound},
+		{"POST", "/v1/apps/nope/wake", ``, 404, berth.EAppNotFound},
+		{"DELETE", "/v1/apps/nope", ``, 404, berth.EAppNotFound},
+		{"GET", "/apps/nope/", ``, 404, berth.EAppNotFound},
+	}
+	for _, tc := range cases {
+		code, body := h.do(t, tc.method, tc.path, tc.body)
+		if code != tc.status || !strings.Contains(body, `"code":"`+tc.code+`"`) {
+			t.Errorf("%s %s %s: %d %s; want %d %s", tc.method, tc.path, tc.body, code, body, tc.status, tc.code)
+		}
+	}
+	if apps, err := h.st.Apps(context.Background(), ""); err != nil || len(apps) != 0 {
+		t.Fatalf("apps after bad input: %+v, %v; want none written", apps, err)
+	}
+	// A taken name is a conflict; a stopped app answers app_stopped and is not woken.
+	if code, body := h.do(t, "POST", "/v1/apps", `{"name":"web",`+ok+`,"desired":"stopped"}`); code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, body := h.do(t, "POST", "/v1/apps", `{"name":"web",`+ok+`}`); code != 409 || !strings.Contains(body, berth.EConflict) {
+		t.Fatalf("taken name: %d %s", code, body)
+	}
+	if code, body := h.do(t, "GET", "/apps/web/", ""); code != 409 || !strings.Contains(body, berth.EAppStopped) {
+		t.Fatalf("request to a stopped app: %d %s", code, body)
+	}
+	if a := h.app(t, "web"); a.Desired != berth.DesireStopped || a.State != berth.AppStopped {
+		t.Fatalf("stopped app after a request: %+v", a)
+	}
+}
