@@ -34,4 +34,3 @@ func Backoff(attempt int, base, cap time.Duration) time.Duration {
 	}
 	return base << attempt
 }
-

@@ -39,8 +39,8 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 			Name: "berth_agent_ended_sandboxes_total", Help: "Sandboxes agents ended on their own, by final state: evicted (ADM-9), failed (init died, OOM), stopped (TTL).",
 		}, []string{"state"}),
 		firstRefusal: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "berth_api_time_to_success_seconds",
-			Help: "Time from the first refusal to success (MET-4): kind=sandbox, a create retried by the SDK; kind=app, an app from waiting_capacity to running.",
+			Name:    "berth_api_time_to_success_seconds",
+			Help:    "Time from the first refusal to success (MET-4): kind=sandbox, a create retried by the SDK; kind=app, an app from waiting_capacity to running.",
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
 		}, []string{"kind"}),
 	}

@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"context"
-	"github.com/jackc/pgx/v5"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"time"
 
 	"github.com/berth-dev/berth"
