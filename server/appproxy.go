@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,11 @@ func (s *Server) appHost(r *http.Request) (string, bool) {
 // and the query to it.
 func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path string) {
 	fail := func(err error) { s.writeError(w, r, err) }
+	if p, err := url.PathUnescape(path); err != nil || slices.Contains(strings.Split(p, "/"), "..") {
+		// The path is appended to the agent's route to the app: it must not climb out of it.
+		fail(berth.Errorf(berth.EInvalidRequest, "path %q is not a clean path", path))
+		return
+	}
 	deadline := time.Now().Add(s.cfg.AppWakeTimeout)
 	for woken := false; ; {
 		a, err := s.store.App(r.Context(), name)

@@ -180,6 +180,7 @@ func TestAPP1_BadInput(t *testing.T) {
 		{"POST", "/v1/apps/nope/wake", ``, 404, berth.EAppNotFound},
 		{"DELETE", "/v1/apps/nope", ``, 404, berth.EAppNotFound},
 		{"GET", "/apps/nope/", ``, 404, berth.EAppNotFound},
+		{"GET", "/apps/nope/a/%2e%2e/%2e%2e/exec", ``, 400, berth.EInvalidRequest},
 	}
 	for _, tc := range cases {
 		code, body := h.do(t, tc.method, tc.path, tc.body)
