@@ -208,6 +208,13 @@ func TestAPP1_AgentProxiesToService(t *testing.T) {
 		t.Errorf("what the app saw (-want +got):\n%s", diff)
 	}
 
+	// A body larger than any buffer on the way makes it there and back.
+	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	code, body = call(t, http.MethodPut, appURL+"/big", []byte(big), nil)
+	if err := json.Unmarshal(body, &got); code != http.StatusCreated || err != nil || got.Body != big {
+		t.Fatalf("PUT 1 MiB = %d (%d bytes back), want the app's echo", code, len(got.Body))
+	}
+
 	// Without a port path, the app is asked for "/".
 	code, body = call(t, http.MethodGet, appURL, nil, nil)
 	if err := json.Unmarshal(body, &got); code != http.StatusCreated || err != nil || got.Path != "/" {
@@ -253,6 +260,42 @@ func TestAPP1_AgentServiceExited(t *testing.T) {
 	code, body = call(t, http.MethodGet, fmt.Sprintf("%s/internal/sandboxes/app2/port/%d/x", base, freePort(t)), nil, nil)
 	if code != http.StatusBadGateway || errorOf(t, body).Code != berth.EUpstream {
 		t.Fatalf("GET app with nothing listening = %d %s, want 502 %s", code, body, berth.EUpstream)
+	}
+}
+
+// TestAPP1_AgentAppDiesMidRequest: an app that dies after the connection was made (no
+// answer at all) is a 502 with service_exited or, if its exit is not recorded yet,
+// app_unreachable; never a 500.
+func TestAPP1_AgentAppDiesMidRequest(t *testing.T) {
+	a, base := appAgent(t)
+	if err := create(a, "app3", 256); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	script := `import socket, sys, os
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+c, _ = s.accept(); c.recv(1); os._exit(7)`
+	if code, body := postService(t, base, "app3", berth.ServiceRequest{Cmd: []string{"python3", "-c", script, strconv.Itoa(port)}}); code != http.StatusNoContent {
+		t.Fatalf("POST service = %d %s, want 204", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := call(t, http.MethodGet, fmt.Sprintf("%s/internal/sandboxes/app3/port/%d/", base, port), nil, nil)
+		e := errorOf(t, body)
+		if code != http.StatusBadGateway {
+			t.Fatalf("GET app = %d %s, want 502", code, body)
+		}
+		if e.Code == berth.EServiceExited {
+			if !strings.Contains(e.Message, "code 7") {
+				t.Fatalf("service_exited message %q lacks the exit code", e.Message)
+			}
+			return
+		}
+		if e.Code != berth.EUpstream || time.Now().After(deadline) {
+			t.Fatalf("GET app = %d %s, want 502 app_unreachable until the exit shows, then service_exited", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
