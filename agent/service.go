@@ -60,7 +60,7 @@ func (a *Agent) handleServe(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, "", a.runtimeErr(id, "start its service", err))
 		return
 	}
-	a.log.Info("service started", "sandbox", id, "cmd", req.Cmd)
+	a.log.Info("service started", "sandbox", id, "cmd", req.Cmd[0]) // not its arguments: they may hold secrets
 	w.WriteHeader(http.StatusNoContent)
 }
 
