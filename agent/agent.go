@@ -152,6 +152,10 @@ type Agent struct {
 
 	ln   net.Listener
 	addr string
+
+	// appTransport carries proxied app requests into sandboxes (APP-1), keeping
+	// connections alive per sandbox and port.
+	appTransport *http.Transport
 }
 
 // New validates cfg, opens the internal API listener and returns an agent ready to Run.
@@ -233,6 +237,7 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		ln:     ln,
 		addr:   "http://" + ln.Addr().String(),
 	}
+	a.appTransport = a.newAppTransport()
 	return a, nil
 }
 
@@ -280,6 +285,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.Drain("agent shutting down")
 	a.sendHeartbeat(shut)
 	_ = srv.Shutdown(shut)
+	a.appTransport.CloseIdleConnections()
 	wg.Wait()
 	a.stopAll(shut)
 	return err

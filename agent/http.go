@@ -24,6 +24,19 @@ const (
 //	PUT    /internal/sandboxes/{id}/files?path → 204;  GET → 200 raw bytes
 //	POST   /internal/drain?reason=, /internal/undrain → 202 / 200
 //	GET    /internal/heartbeat                 → 200 berth.Heartbeat (what the agent would send now)
+//
+// App services (APP-1), for sandboxes this agent holds; 501 unsupported when the runtime
+// has no Services (see Services):
+//
+//	POST   /internal/sandboxes/{id}/service    berth.ServiceRequest → 204 (400 invalid_request
+//	                                           for an empty cmd, 409 service_running, 404)
+//	GET    /internal/sandboxes/{id}/service    → 200 berth.ServiceStatus
+//	any    /internal/sandboxes/{id}/port/{port}/{path...}
+//	                                           reverse proxy to http://127.0.0.1:{port}/{path}
+//	                                           inside the sandbox, query kept, X-Node-Token
+//	                                           never forwarded (see handleApp); 400 for a port
+//	                                           outside 1..65535; 502 app_unreachable or
+//	                                           service_exited when the app does not answer
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /internal/sandboxes", a.handleCreate)
@@ -42,7 +55,18 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /internal/heartbeat", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, a.Heartbeat(time.Now()))
 	})
-	return a.authenticate(mux)
+	mux.HandleFunc("POST /internal/sandboxes/{id}/service", a.handleServe)
+	mux.HandleFunc("GET /internal/sandboxes/{id}/service", a.handleServiceStatus)
+	// App requests bypass the mux: it would clean their paths ("//", "..") and redirect,
+	// which is not a proxy's business.
+	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, port, rest, ok := appRoute(r.URL.EscapedPath()); ok {
+			a.handleApp(w, r, id, port, rest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	return a.authenticate(root)
 }
 
 func (a *Agent) authenticate(next http.Handler) http.Handler {

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"net"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/process"
 )
 
-// ProcessRuntime adapts the process runtime driver (AGT-3) to the agent's Runtime.
+// ProcessRuntime adapts the process runtime driver (AGT-3) to the agent's Runtime; it also
+// offers Services (APP-1).
 func ProcessRuntime(r *process.Runtime) Runtime { return processRuntime{r} }
 
 type processRuntime struct{ r *process.Runtime }
@@ -29,3 +31,14 @@ func (p processRuntime) Measure(id string) (Measurement, error) {
 	m, err := p.r.Measure(id)
 	return Measurement{ResidentMiB: m.ResidentMiB, Seen: m.Seen, Exited: m.Exited, OOMKills: m.OOMKills}, err
 }
+func (p processRuntime) Serve(ctx context.Context, id string, req berth.ServiceRequest) error {
+	return p.r.Serve(ctx, id, req)
+}
+func (p processRuntime) ServiceStatus(ctx context.Context, id string) (berth.ServiceStatus, error) {
+	return p.r.ServiceStatus(ctx, id)
+}
+func (p processRuntime) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	return p.r.Dial(ctx, id, port)
+}
+
+var _ Services = processRuntime{}

@@ -2,10 +2,16 @@
 // the control plane (admission, placement, ledger, store) without the cost of starting real
 // sandboxes: every start succeeds at once, every guest measures 0 MiB resident, and exec and
 // file calls are refused. Never use it to serve real work.
+//
+// App services (APP-1) are bookkeeping only, so the app reconciler can be driven against
+// noop agents (benchmarks, replica tests): Serve records a service that then reports
+// started and never exits, a second Serve is service_running, Stop forgets it. There is no
+// app to talk to, so Dial is unsupported (the agent answers 501).
 package noop
 
 import (
 	"context"
+	"net"
 	"sync"
 
 	"github.com/berth-dev/berth"
@@ -14,8 +20,9 @@ import (
 
 // Runtime is the no-op runtime. The zero value is ready to use.
 type Runtime struct {
-	mu   sync.Mutex
-	held map[string]bool
+	mu       sync.Mutex
+	held     map[string]bool
+	services map[string]bool // sandboxes whose service was started
 }
 
 // Start records id as running.
@@ -34,6 +41,7 @@ func (r *Runtime) Stop(_ context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.held, id)
+	delete(r.services, id)
 	return nil
 }
 
@@ -58,4 +66,42 @@ func (r *Runtime) Measure(id string) (agent.Measurement, error) {
 		return agent.Measurement{Exited: true}, nil
 	}
 	return agent.Measurement{Seen: true}, nil
+}
+
+var _ agent.Services = (*Runtime)(nil)
+
+// Serve records a service for a held sandbox. Errors: invalid_request (empty cmd),
+// service_running, sandbox_not_found.
+func (r *Runtime) Serve(_ context.Context, id string, req berth.ServiceRequest) error {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return berth.Errorf(berth.EInvalidRequest, "cmd must not be empty")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !r.held[id]:
+		return berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
+	case r.services[id]:
+		return berth.Errorf(berth.EServiceRunning, "sandbox %s already runs its service", id)
+	}
+	if r.services == nil {
+		r.services = map[string]bool{}
+	}
+	r.services[id] = true
+	return nil
+}
+
+// ServiceStatus reports a recorded service as started and running. Errors: sandbox_not_found.
+func (r *Runtime) ServiceStatus(_ context.Context, id string) (berth.ServiceStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.held[id] {
+		return berth.ServiceStatus{}, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
+	}
+	return berth.ServiceStatus{Started: r.services[id]}, nil
+}
+
+// Dial is unsupported: there is no app behind the bookkeeping.
+func (r *Runtime) Dial(context.Context, string, int) (net.Conn, error) {
+	return nil, berth.Errorf(berth.EUnsupported, "the no-op benchmark runtime runs no apps to connect to")
 }

@@ -112,14 +112,9 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 		outW.Close()
 		return errResponse(fmt.Errorf("stderr pipe: %w", err))
 	}
-	home := s.cwd
-	env := []string{"PATH=" + s.path, "HOME=" + home, "LANG=C.UTF-8"}
-	if !s.isolated {
-		env = append(env, "TMPDIR="+s.cwd)
-	}
 	pid, done, err := s.reaper.start(argv0, req.Cmd, &os.ProcAttr{
 		Dir:   s.cwd,
-		Env:   env,
+		Env:   s.env(),
 		Files: []*os.File{stdin, outW, errW},
 		// Its own process group, so a timeout kills everything it started in the foreground
 		// and its background jobs alike.
@@ -179,6 +174,16 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	}
 	resp.Stderr = string(errText)
 	return resp
+}
+
+// env is the environment of exec'd commands and services: PATH, HOME (the working directory),
+// LANG, and TMPDIR without isolation (where /tmp is the host's).
+func (s *server) env() []string {
+	env := []string{"PATH=" + s.path, "HOME=" + s.cwd, "LANG=C.UTF-8"}
+	if !s.isolated {
+		env = append(env, "TMPDIR="+s.cwd)
+	}
+	return env
 }
 
 // killGroup kills the process group led by pid; it refuses pids that would address more
@@ -273,9 +278,14 @@ func (o *output) run() {
 }
 
 // drain reads what is already in the pipe without blocking; it reports EOF.
-func (o *output) drain(b []byte) (eof bool) {
-	o.f.SetReadDeadline(time.Time{})
-	rc, err := o.f.SyscallConn()
+func (o *output) drain(b []byte) (eof bool) { return drainPipe(o.f, b, o.keep) }
+
+// drainPipe clears f's read deadline and hands what is already in the pipe to keep, without
+// blocking; it reports EOF (every writer gone). Used once a command has exited, so a
+// background process that still holds the pipe cannot hold up the capture.
+func drainPipe(f *os.File, b []byte, keep func([]byte)) (eof bool) {
+	f.SetReadDeadline(time.Time{})
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return false
 	}
@@ -288,7 +298,7 @@ func (o *output) drain(b []byte) (eof bool) {
 			return true // never wait for more
 		})
 		if n > 0 {
-			o.keep(b[:n])
+			keep(b[:n])
 			continue
 		}
 		return n == 0 && rerr == nil

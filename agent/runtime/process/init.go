@@ -252,6 +252,7 @@ type server struct {
 	isolated bool
 	log      *slog.Logger
 	reaper   *reaper
+	svc      service // the sandbox's app service (APP-1)
 }
 
 func (s *server) serve(l net.Listener) error {
@@ -294,6 +295,13 @@ func (s *server) handle(c net.Conn) {
 		resp = s.writeFile(req, br)
 	case opRead:
 		resp, payload = s.readFile(req)
+	case opServe:
+		resp = s.startService(req)
+	case opStatus:
+		resp = s.serviceStatus()
+	case opDial:
+		s.dialApp(c, br, req) // answers itself, then carries the app's bytes
+		return
 	default:
 		resp = wireResponse{Code: berth.EInvalidRequest, Message: "unknown op " + req.Op}
 	}

@@ -11,6 +11,10 @@
 // A sandbox idles until exec'd; a process it starts in the background keeps running, and is
 // measured, until the sandbox is stopped (SPEC §13).
 //
+// Hosted apps (APP-1, app.go and service.go): a sandbox runs at most one long-lived service
+// at a time (Serve, ServiceStatus), and Dial reaches a TCP port on the sandbox's own loopback
+// through the init, since the host cannot enter its network namespace.
+//
 // CPU: Spec.VCPUs is accepted and ignored for now. Memory is the resource that refuses; CPU
 // only degrades, so no cpu cgroup is set up yet.
 //

@@ -26,11 +26,21 @@ import (
 // response with a non-empty Code is an error (a berth error code and its message). For "exec"
 // the init watches the connection: if the runtime closes it early (its context ended), the
 // command's process group is killed.
+//
+// App services (APP-1): "serve" starts req.Cmd (with req.Env) as the sandbox's one
+// long-running service and answers at once; "status" answers its Started, Exited, ExitCode
+// and Output. "dial" carries a Port: the init dials 127.0.0.1:Port inside the sandbox's network
+// namespace and answers an OK line (or app_unreachable / service_exited); after an OK line the
+// connection carries raw bytes both ways between the runtime and the app until either side
+// closes, and a half-close (CloseWrite) on one side reaches the other.
 const (
-	opPing  = "ping"
-	opExec  = "exec"
-	opWrite = "write"
-	opRead  = "read"
+	opPing   = "ping"
+	opExec   = "exec"
+	opWrite  = "write"
+	opRead   = "read"
+	opServe  = "serve"
+	opStatus = "status"
+	opDial   = "dial"
 )
 
 // Limits of the protocol.
@@ -47,6 +57,10 @@ type wireRequest struct {
 	TimeoutS int      `json:"timeout_s,omitempty"`
 	Path     string   `json:"path,omitempty"`
 	Size     int64    `json:"size,omitempty"`
+	// Env is added to a service's environment (op serve).
+	Env map[string]string `json:"env,omitempty"`
+	// Port is the TCP port on the sandbox's 127.0.0.1 to dial (op dial).
+	Port int `json:"port,omitempty"`
 }
 
 type wireResponse struct {
@@ -56,6 +70,10 @@ type wireResponse struct {
 	Stdout   string `json:"stdout,omitempty"`
 	Stderr   string `json:"stderr,omitempty"`
 	Size     int64  `json:"size,omitempty"`
+	// Service state (op status).
+	Started bool   `json:"started,omitempty"`
+	Exited  bool   `json:"exited,omitempty"`
+	Output  string `json:"output,omitempty"`
 }
 
 // call sends one request (and body, for writes) to the init of sb and returns its response
@@ -73,25 +91,10 @@ func (r *Runtime) call(ctx context.Context, sb *sandbox, req wireRequest, body [
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
-	head, err := json.Marshal(req)
-	if err != nil {
-		return resp, nil, fmt.Errorf("process: encode %s request: %w", req.Op, err)
-	}
-	w := bufio.NewWriter(conn)
-	w.Write(head)
-	w.WriteByte('\n')
-	w.Write(body)
-	if err := w.Flush(); err != nil {
-		return resp, nil, r.callErr(ctx, sb, req.Op, err)
-	}
-
 	br := bufio.NewReader(io.LimitReader(conn, maxHeaderBytes+maxFileBytes))
-	line, err := readLine(br, maxHeaderBytes)
+	resp, err = roundTrip(conn, br, req, body)
 	if err != nil {
 		return resp, nil, r.callErr(ctx, sb, req.Op, err)
-	}
-	if err := json.Unmarshal(line, &resp); err != nil {
-		return resp, nil, fmt.Errorf("process: decode %s response: %w", req.Op, err)
 	}
 	if resp.Code != "" {
 		return resp, nil, &berth.Error{Code: resp.Code, Message: resp.Message}
@@ -107,6 +110,32 @@ func (r *Runtime) call(ctx context.Context, sb *sandbox, req wireRequest, body [
 		return resp, nil, r.callErr(ctx, sb, req.Op, err)
 	}
 	return resp, data, nil
+}
+
+// roundTrip writes the header of req and body to conn and reads the response header through
+// br (a reader of conn). Errors are transport or decoding failures; a response carrying a
+// code is returned as is.
+func roundTrip(conn net.Conn, br *bufio.Reader, req wireRequest, body []byte) (wireResponse, error) {
+	var resp wireResponse
+	head, err := json.Marshal(req)
+	if err != nil {
+		return resp, fmt.Errorf("encode %s request: %w", req.Op, err)
+	}
+	w := bufio.NewWriter(conn)
+	w.Write(head)
+	w.WriteByte('\n')
+	w.Write(body)
+	if err := w.Flush(); err != nil {
+		return resp, err
+	}
+	line, err := readLine(br, maxHeaderBytes)
+	if err != nil {
+		return resp, err
+	}
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return resp, fmt.Errorf("decode %s response: %w", req.Op, err)
+	}
+	return resp, nil
 }
 
 // callErr explains a transport failure: the caller's context ending wins, then the sandbox
