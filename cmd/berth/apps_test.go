@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -446,4 +447,59 @@ func TestAPP2_AgentKilledAppRunsElsewhere(t *testing.T) {
 		t.Fatalf("app events %q; want running→waking (its sandbox lost: lease expired) then waking→running on agent/spare", story)
 	}
 	t.Logf("app moved %.1f s after the kill (lease TTL 2 s); events: %q", moved.Seconds(), story)
+}
+
+// TestCLI_Apps walks `berth apps` as the README shows it: create with a local file and a
+// command, list, get, request through /apps/<name>/, hibernate, wake, deploy a change of
+// environment only, events, delete.
+func TestCLI_Apps(t *testing.T) {
+	st := bootDev(t, nil)
+	src := filepath.Join(t.TempDir(), "server.py")
+	if err := os.WriteFile(src, []byte(appServer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := berthCLI(t, st, "", "apps", "create", "hi", "--template", "python", "--port", "8080", "--memory-mb", "128",
+		"--file", "server.py="+src, "--env", "MSG=cli", "--", "python3", "server.py")
+	if err != nil {
+		t.Fatalf("apps create: %v (%s)", err, out)
+	}
+	c := adminClient(st, client.WithDeadline(5*time.Second))
+	waitApp(t, c, "hi", berth.AppRunning, 60*time.Second)
+	if code, _, body, _ := getApp(t, st.URL, "hi", "/x"); code != http.StatusOK || body != "cli /x" {
+		t.Fatalf("GET /apps/hi/x: %d %q", code, body)
+	}
+	if out, err := berthCLI(t, st, "", "apps", "list"); err != nil || !strings.Contains(out, "hi") || !strings.Contains(out, "running") {
+		t.Fatalf("apps list: %q, %v", out, err)
+	}
+	if _, err := berthCLI(t, st, "", "apps", "hibernate", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, c, "hi", berth.AppHibernated, 30*time.Second)
+	if _, err := berthCLI(t, st, "", "apps", "wake", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, c, "hi", berth.AppRunning, 60*time.Second)
+	if _, err := berthCLI(t, st, "", "apps", "deploy", "hi", "--env", "MSG=v2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "version 2 serving", func() (bool, string) {
+		a, err := c.App(context.Background(), "hi")
+		return err == nil && a.ServingVersion == 2 && a.State == berth.AppRunning, fmt.Sprint(a.State, a.ServingVersion, err)
+	})
+	if code, _, body, _ := getApp(t, st.URL, "hi", "/"); code != http.StatusOK || body != "v2 /" {
+		t.Fatalf("after deploy: %d %q", code, body)
+	}
+	if out, err := berthCLI(t, st, "", "events", "app/hi"); err != nil || !strings.Contains(out, "hibernated") {
+		t.Fatalf("events app/hi: %q, %v", out, err)
+	}
+	if _, err := berthCLI(t, st, "", "apps", "delete", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := berthCLI(t, st, "", "apps", "get", "hi"); berth.ErrorCode(err) != berth.EAppNotFound {
+		t.Fatalf("get after delete: %v; want app_not_found", err)
+	}
+	waitFor(t, 30*time.Second, "no running sandbox left", func() (bool, string) {
+		sbs, err := c.Sandboxes(context.Background(), berth.SandboxRunning)
+		return err == nil && len(sbs) == 0, fmt.Sprint(len(sbs), err)
+	})
 }
