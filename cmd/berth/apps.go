@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -24,8 +25,8 @@ func (f *specFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.template, "template", "", "sandbox template (see `berth templates`)")
 	cmd.Flags().Int64Var(&f.memory, "memory-mb", 0, "memory, MiB (default: the template's)")
 	cmd.Flags().IntVar(&f.port, "port", 0, "TCP port the app listens on inside its sandbox")
-	cmd.Flags().StringArrayVar(&f.files, "file", nil, "PATH=LOCALFILE: write LOCALFILE to PATH (relative to the app's working directory) before the command starts; repeatable")
-	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE in the command's environment; repeatable")
+	cmd.Flags().StringArrayVar(&f.files, "file", nil, "PATH=LOCALFILE: write LOCALFILE to PATH (relative to the app's working directory) before the command starts; repeatable (deploy: replaces that file, keeps the others)")
+	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE in the command's environment; repeatable (deploy: replaces that variable, keeps the others)")
 }
 
 // apply overrides spec with the flags that were set (and the command, when given).
@@ -43,7 +44,10 @@ func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []str
 		spec.Command = command
 	}
 	if len(f.files) > 0 {
-		spec.Files = map[string]string{}
+		spec.Files = maps.Clone(spec.Files) // deploy: the current version's files, these replaced
+		if spec.Files == nil {
+			spec.Files = map[string]string{}
+		}
 		for _, kv := range f.files {
 			p, local, ok := strings.Cut(kv, "=")
 			if !ok || p == "" || local == "" {
@@ -57,7 +61,10 @@ func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []str
 		}
 	}
 	if len(f.env) > 0 {
-		spec.Env = map[string]string{}
+		spec.Env = maps.Clone(spec.Env)
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
 		for _, kv := range f.env {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
