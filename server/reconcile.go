@@ -207,7 +207,17 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 		return
 	}
 	if placed.State != berth.SandboxRunning {
-		return // it ended already (failed starts free their key); the next round starts anew
+		// The key's sandbox ended already (a start superseded and stopped earlier): the next
+		// start needs a new key. (A failed start frees its key by itself.)
+		incarnation := a.Incarnation
+		_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+			if a.Incarnation != incarnation {
+				return errSuperseded
+			}
+			a.Incarnation++
+			return nil
+		})
+		return
 	}
 	addr, err := s.agentAddress(ctx, placed.AgentID)
 	if err == nil {
@@ -290,7 +300,8 @@ func (s *Server) setUpApp(ctx context.Context, addr, id string, spec berth.AppSp
 			return fmt.Errorf("write %s: %w", p, err)
 		}
 	}
-	if err := s.agents.serve(ctx, addr, id, berth.ServiceRequest{Cmd: spec.Command, Env: spec.Env}); err != nil {
+	err := s.agents.serve(ctx, addr, id, berth.ServiceRequest{Cmd: spec.Command, Env: spec.Env})
+	if err != nil && berth.ErrorCode(err) != berth.EServiceRunning { // running: another replica started it
 		return fmt.Errorf("start the command: %w", err)
 	}
 	deadline := time.Now().Add(s.cfg.AppStartTimeout)

@@ -503,3 +503,51 @@ func TestCLI_Apps(t *testing.T) {
 		return err == nil && len(sbs) == 0, fmt.Sprint(len(sbs), err)
 	})
 }
+
+// TestAPP2_TwoReplicasOneSandbox: two replicas reconcile the same apps every 10 ms over one
+// PostgreSQL; each start still makes exactly one sandbox (the revision compare-and-set and
+// the per-incarnation Idempotency-Key), and a deploy exactly one more.
+func TestAPP2_TwoReplicasOneSandbox(t *testing.T) {
+	f := newPGFleet(t)
+	fast := func(c *server.Config) { c.AppReconcileInterval = 10 * time.Millisecond }
+	url1, url2 := f.replica(t, fast), f.replica(t, fast)
+	f.agent(t, "a1", url1, 4096)
+	c := client.New(url2, f.adminKey, client.WithDeadline(5*time.Second))
+	ctx := context.Background()
+	names := []string{"one", "two", "three"}
+	for _, n := range names {
+		if _, err := c.CreateApp(ctx, berth.AppRequest{Name: n, AppSpec: appSpec(n, 128)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		waitApp(t, c, n, berth.AppRunning, 60*time.Second)
+		if code, _, body, _ := getApp(t, url1, n, "/"); code != http.StatusOK || body != n+" /" {
+			t.Fatalf("app %s through replica 1: %d %q", n, code, body)
+		}
+		if _, err := c.DeployApp(ctx, n, appSpec(n+"-v2", 128)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		waitFor(t, 60*time.Second, n+" version 2 serving", func() (bool, string) {
+			a, err := c.App(ctx, n)
+			return err == nil && a.ServingVersion == 2 && a.State == berth.AppRunning && len(a.Retire) == 0, fmt.Sprint(a.State, a.ServingVersion, a.Retire, err)
+		})
+	}
+	sbs, err := c.Sandboxes(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string][]string{}
+	for _, sb := range sbs {
+		per[sb.Metadata["app"]] = append(per[sb.Metadata["app"]], sb.Metadata["app_version"]+":"+string(sb.State))
+	}
+	for _, n := range names {
+		got := per[n]
+		slices.Sort(got)
+		if want := []string{"1:stopped", "2:running"}; !slices.Equal(got, want) {
+			t.Errorf("sandboxes of app %s: %v; want %v (one per version, the old one stopped)", n, got, want)
+		}
+	}
+}
