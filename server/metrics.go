@@ -112,7 +112,14 @@ var (
 		"Processes the kernel OOM killer killed in the sandboxes an agent holds (C09; ADM-9 keeps it at 0).", []string{"agent"}, nil)
 	measureErrDesc = prometheus.NewDesc("berth_agent_measurement_errors",
 		"Resident readings an agent clamped into [0, total] (C07).", []string{"agent"}, nil)
+	appsDesc = prometheus.NewDesc("berth_apps",
+		"Apps by actual state (APP-1); waiting_capacity is a fleet too full to start them, error needs their owner.", []string{"state"}, nil)
+	appWaitDesc = prometheus.NewDesc("berth_app_waiting_capacity_seconds_max",
+		"The longest an app now in waiting_capacity has waited since its first refusal (APP-2), seconds; 0 when none waits.", nil, nil)
 )
+
+var appStates = []berth.AppState{berth.AppHibernated, berth.AppWaking, berth.AppDeploying, berth.AppRunning,
+	berth.AppWaitingCapacity, berth.AppStopped, berth.AppError}
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ratioDesc
@@ -120,6 +127,8 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- agentsDesc
 	ch <- oomDesc
 	ch <- measureErrDesc
+	ch <- appsDesc
+	ch <- appWaitDesc
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -159,4 +168,20 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for s, n := range byStatus {
 		ch <- prometheus.MustNewConstMetric(agentsDesc, prometheus.GaugeValue, float64(n), s)
 	}
+	apps, err := c.st.Apps(ctx, "")
+	if err != nil {
+		return
+	}
+	byState := map[berth.AppState]int{}
+	longest := 0.0
+	for _, a := range apps {
+		byState[a.State]++
+		if a.State == berth.AppWaitingCapacity && !a.WaitingSince.IsZero() {
+			longest = max(longest, now.Sub(a.WaitingSince).Seconds())
+		}
+	}
+	for _, st := range appStates {
+		ch <- prometheus.MustNewConstMetric(appsDesc, prometheus.GaugeValue, float64(byState[st]), string(st))
+	}
+	ch <- prometheus.MustNewConstMetric(appWaitDesc, prometheus.GaugeValue, longest)
 }

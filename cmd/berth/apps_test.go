@@ -254,6 +254,12 @@ func TestAPP2_WakeOnFullFleetWaitsForCapacity(t *testing.T) {
 	if n := metricValue(t, st.URL, "berth_api_time_to_success_seconds_count", `kind="app"`); n != 1 {
 		t.Fatalf("MET-4 histogram count for apps = %v; want 1 (refused, then running)", n)
 	}
+	if n := metricValue(t, st.URL, "berth_apps", `state="running"`); n != 1 {
+		t.Fatalf("berth_apps{state=running} = %v; want 1", n)
+	}
+	if n := metricValue(t, st.URL, "berth_apps", `state="error"`); n != 0 {
+		t.Fatalf("berth_apps{state=error} = %v; want 0", n)
+	}
 	t.Logf("states seen: %v; events: %q", seen, story)
 }
 
