@@ -135,7 +135,7 @@ func watchStates(c *client.Client, name string) (stop func() []berth.AppState) {
 // process sandboxes, serves, hibernates when idle (its sandbox stops), and a request to it
 // wakes it and gets the app's answer — with an event for every transition.
 func TestAPP1_HibernateAndWakeOnRequest(t *testing.T) {
-	st := bootDev(t, nil)
+	st := bootDev(t, func(c *devConfig) { c.AppsDomain = "apps.test" })
 	c := adminClient(st, client.WithDeadline(5*time.Second))
 	ctx := context.Background()
 	req := berth.AppRequest{Name: "hello", AppSpec: appSpec("hello from v1", 256), IdleSeconds: 2}
@@ -147,6 +147,18 @@ func TestAPP1_HibernateAndWakeOnRequest(t *testing.T) {
 		t.Fatalf("running app answered %d %q", code, body)
 	}
 	first := a.SandboxID
+	// The same app by Host header under --apps-domain.
+	req, _ := http.NewRequest(http.MethodGet, st.URL+"/by-host", nil)
+	req.Host = "hello.apps.test"
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(b) != "hello from v1 /by-host" {
+			t.Fatalf("Host hello.apps.test: %d %q", resp.StatusCode, b)
+		}
+	}
 
 	// Idle for 2 s: hibernated, and its sandbox stopped.
 	a = waitApp(t, c, "hello", berth.AppHibernated, 60*time.Second)
