@@ -148,9 +148,9 @@ func TestAPP1_HibernateAndWakeOnRequest(t *testing.T) {
 	}
 	first := a.SandboxID
 	// The same app by Host header under --apps-domain.
-	req, _ := http.NewRequest(http.MethodGet, st.URL+"/by-host", nil)
-	req.Host = "hello.apps.test"
-	if resp, err := http.DefaultClient.Do(req); err != nil {
+	byHost, _ := http.NewRequest(http.MethodGet, st.URL+"/by-host", nil)
+	byHost.Host = "hello.apps.test"
+	if resp, err := http.DefaultClient.Do(byHost); err != nil {
 		t.Fatal(err)
 	} else {
 		b, _ := io.ReadAll(resp.Body)
