@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/server"
 )
@@ -410,23 +408,7 @@ func TestAPP2_AgentKilledAppRunsElsewhere(t *testing.T) {
 	url := f.replica(t, func(c *server.Config) {
 		c.StaleAfter, c.LeaseEphemeral, c.LeaseStateful, c.SweepInterval = time.Second, 2*time.Second, 2*time.Second, 100*time.Millisecond
 	})
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "agent", "--server", url, "--id", "doomed", "--admission", "committed",
-		"--memory-mb", "2048", "--headroom-mb", "0", "--heartbeat-interval", "100ms", "--dir", dir)
-	cmd.Env = append(os.Environ(), envRunMain+"=1", "BERTH_NODE_TOKEN="+f.nodeToken)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // by the PID this test started
-		_ = cmd.Wait()
-		// The killed agent's sandboxes outlive it; a runtime on its directory stops them, as
-		// a restarted agent would.
-		if rt, err := process.New(process.Config{Dir: dir, Logger: f.log}); err == nil {
-			_ = rt.Close()
-		}
-	})
+	cmd := f.processAgent(t, url, "doomed")
 	ctx := context.Background()
 	waitFor(t, 30*time.Second, "the agent process to register", func() (bool, string) {
 		_, err := f.seed.Agent(ctx, "doomed")

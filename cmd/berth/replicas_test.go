@@ -345,18 +345,16 @@ func TestKillReplicaMidCreate(t *testing.T) {
 	})
 }
 
-// TestAgentKilled: `kill -9` of an agent process (a real `berth agent`): no placement lands
-// there after the staleness cutoff, and its sandboxes become lost within the lease TTL, each
-// with an event, so nothing is reported running that is not (LIF-2, SPOT-5, PLC-1).
-func TestAgentKilled(t *testing.T) {
-	f := newPGFleet(t)
-	url := f.replica(t, func(c *server.Config) {
-		c.StaleAfter, c.LeaseEphemeral, c.SweepInterval = time.Second, 2*time.Second, 100*time.Millisecond
-	})
+// processAgent runs `berth agent --id id` (committed admission, 2048 MiB, no headroom,
+// 100 ms heartbeats, plus extra flags) as a real process heartbeating to url, for a test to
+// SIGKILL. Cleanup kills it by its PID and stops the sandboxes it left, as a restarted agent
+// on the same directory would.
+func (f *pgFleet) processAgent(t *testing.T, url, id string, extra ...string) *exec.Cmd {
+	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "agent", "--server", url, "--id", "doomed-agent", "--pool", "ephemeral",
-		"--admission", "committed", "--memory-mb", "2048", "--headroom-mb", "0", "--heartbeat-interval", "100ms",
-		"--dir", dir)
+	args := append([]string{"agent", "--server", url, "--id", id, "--admission", "committed", "--memory-mb", "2048",
+		"--headroom-mb", "0", "--heartbeat-interval", "100ms", "--dir", dir}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), envRunMain+"=1", "BERTH_NODE_TOKEN="+f.nodeToken)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -365,12 +363,24 @@ func TestAgentKilled(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill() // by the PID this test started
 		_ = cmd.Wait()
-		// A killed agent cannot remove its cgroups; a runtime on the same directory cleans
-		// up what an earlier run left, as a restarted agent would.
+		// A killed agent cannot remove its cgroups or stop its sandboxes; a runtime on the
+		// same directory cleans up what an earlier run left, as a restarted agent would.
 		if rt, err := process.New(process.Config{Dir: dir, Logger: f.log}); err == nil {
 			_ = rt.Close()
 		}
 	})
+	return cmd
+}
+
+// TestAgentKilled: `kill -9` of an agent process (a real `berth agent`): no placement lands
+// there after the staleness cutoff, and its sandboxes become lost within the lease TTL, each
+// with an event, so nothing is reported running that is not (LIF-2, SPOT-5, PLC-1).
+func TestAgentKilled(t *testing.T) {
+	f := newPGFleet(t)
+	url := f.replica(t, func(c *server.Config) {
+		c.StaleAfter, c.LeaseEphemeral, c.SweepInterval = time.Second, 2*time.Second, 100*time.Millisecond
+	})
+	cmd := f.processAgent(t, url, "doomed-agent", "--pool", "ephemeral")
 	ctx := context.Background()
 	waitFor(t, 30*time.Second, "the agent process to register", func() (bool, string) {
 		_, err := f.seed.Agent(ctx, "doomed-agent")
