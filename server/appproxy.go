@@ -77,12 +77,13 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 		case a.Desired == berth.DesireStopped:
 			fail(berth.Errorf(berth.EAppStopped, "app %q is stopped by its owner (berth apps start %s)", name, name))
 			return
-		case a.State == berth.AppError:
-			fail(berth.Errorf(berth.EAppError, "app %q is in error: %s", name, a.Reason))
-			return
 		case a.SandboxID != "":
+			// Also while a new version deploys, waits for capacity or failed: the old serves.
 			s.touchApp(r.Context(), name, a)
 			s.proxyApp(w, r, a, path)
+			return
+		case a.State == berth.AppError:
+			fail(berth.Errorf(berth.EAppError, "app %q is in error: %s", name, a.Reason))
 			return
 		case a.State == berth.AppWaitingCapacity:
 			// APP-2: waiting is not failing; say when to come back.

@@ -364,7 +364,11 @@ func (s *Server) startFailed(ctx context.Context, a berth.App, exited bool, caus
 		a.StartFailures++
 		if a.StartFailures >= s.cfg.AppStartFailures {
 			a.State = berth.AppError
-			a.Reason = fmt.Sprintf("the command exits before it serves, on %d starts in a row: %s", a.StartFailures, berth.ErrorMessage(cause))
+			a.Reason = fmt.Sprintf("the command of version %d exits before it serves, on %d starts in a row: %s",
+				a.Version, a.StartFailures, berth.ErrorMessage(cause))
+			if a.SandboxID != "" {
+				a.Reason += fmt.Sprintf(" (version %d still serves)", a.ServingVersion)
+			}
 			return nil
 		}
 		a.RetryAt = now.Add(rand.N(berth.Backoff(a.StartFailures, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)))

@@ -367,10 +367,10 @@ func TestAPP2_DeployOnFullFleetKeepsOldVersionServing(t *testing.T) {
 	t.Logf("%d requests served during the deploy, none failed", served.Load())
 }
 
-// TestAPP2_CommandThatExitsIsErrorNotRetriedForever: a command that exits at once on every
-// start is the one fault a retry cannot fix: after 3 starts the app is in error with the
-// command's output as the reason, and requests get 502 app_error. A deploy that fixes it
-// brings it back.
+// TestAPP2_CommandThatExitsIsError: a command that exits at once on every start is the one
+// fault a retry cannot fix: after 3 starts the app is in error with the command's output as
+// the reason, and requests get 502 app_error. A deploy that fixes it brings it back; a broken
+// deploy over a serving version is in error too, but the serving version keeps answering.
 func TestAPP2_CommandThatExitsIsError(t *testing.T) {
 	st := bootDev(t, nil)
 	c := adminClient(st, client.WithDeadline(5*time.Second))
@@ -397,6 +397,17 @@ func TestAPP2_CommandThatExitsIsError(t *testing.T) {
 	waitApp(t, c, "broken", berth.AppRunning, 60*time.Second)
 	if code, _, body, _ := getApp(t, st.URL, "broken", "/"); code != http.StatusOK || body != "fixed /" {
 		t.Fatalf("after the fixing deploy: %d %q", code, body)
+	}
+	// A broken deploy over a serving version: error for the new version, the old one serves on.
+	if _, err := c.DeployApp(ctx, "broken", bad); err != nil {
+		t.Fatal(err)
+	}
+	a = waitApp(t, c, "broken", berth.AppError, 90*time.Second)
+	if a.ServingVersion != 2 || !strings.Contains(a.Reason, "version 2 still serves") {
+		t.Fatalf("broken deploy: %+v; want version 2 still serving, said in the reason", a)
+	}
+	if code, _, body, _ := getApp(t, st.URL, "broken", "/"); code != http.StatusOK || body != "fixed /" {
+		t.Fatalf("after a broken deploy: %d %q; want the previous version's answer", code, body)
 	}
 }
 
