@@ -65,6 +65,12 @@ func (s *Server) evacuateOne(ctx context.Context, agentID, actor string, step be
 	if step.Action != "reconstruct" {
 		return end(berth.SandboxLost, "budgeted loss under a preemption notice: "+step.Reason)
 	}
+	if app := sb.Metadata["app"]; app != "" {
+		// An app's sandbox is rebuilt by its reconciler (files, command, readiness, routing),
+		// not as a bare copy: hand it over now, inside the notice, instead of at lease expiry.
+		defer s.kickApps()
+		return end(berth.SandboxReconstructed, "preemption notice: app "+app+"'s reconciler starts it on another host")
+	}
 	if _, err := s.store.TransitionSandbox(rec, sb.ID, nil, berth.SandboxEvacuating,
 		"preemption notice: recreating it elsewhere from its template", actor, s.cfg.Clock()); err != nil {
 		return end(berth.SandboxLost, "could not start its evacuation: "+err.Error())

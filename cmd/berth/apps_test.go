@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/preempt"
 	"github.com/berth-dev/berth/server"
 )
 
@@ -560,5 +561,53 @@ func TestAPP2_TwoReplicasOneSandbox(t *testing.T) {
 		if want := []string{"1:stopped", "2:running"}; !slices.Equal(got, want) {
 			t.Errorf("sandboxes of app %s: %v; want %v (one per version, the old one stopped)", n, got, want)
 		}
+	}
+}
+
+// TestAPP2_PreemptionNoticeMovesApp: a preemption notice on the host of an app hands the app
+// to its reconciler at once (SPOT-3): it runs and answers on the other host before the
+// notice's deadline, and no bare copy of its sandbox is left running.
+func TestAPP2_PreemptionNoticeMovesApp(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.Agents = 2 })
+	ctx := context.Background()
+	c := adminClient(st, client.WithDeadline(5*time.Second))
+	if err := c.DrainAgent(ctx, "dev-agent-2", "setup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateApp(ctx, berth.AppRequest{Name: "spot", AppSpec: appSpec("moved", 128)}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitApp(t, c, "spot", berth.AppRunning, 60*time.Second)
+	if before.AgentID != "dev-agent-1" {
+		t.Fatalf("app on %s; want dev-agent-1", before.AgentID)
+	}
+	if err := c.UndrainAgent(ctx, "dev-agent-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "dev-agent-2 back in placement", func() (bool, string) {
+		a := agentByID(t, c, "dev-agent-2")
+		return a.Status == berth.AgentActive && a.IntakeOpen, string(a.Status)
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	st.Agents[0].HandleNotice(preempt.Notice{Provider: "gcp", Kind: preempt.KindTerminate, ID: "n-1", Deadline: deadline}, time.Now())
+	waitFor(t, 30*time.Second, "the app running on dev-agent-2", func() (bool, string) {
+		a, err := c.App(ctx, "spot")
+		return err == nil && a.State == berth.AppRunning && a.AgentID == "dev-agent-2", fmt.Sprint(a.State, a.AgentID, a.Reason, err)
+	})
+	if code, _, body, _ := getApp(t, st.URL, "spot", "/"); code != http.StatusOK || body != "moved /" || time.Now().After(deadline) {
+		t.Fatalf("after the notice: %d %q (deadline passed: %v)", code, body, time.Now().After(deadline))
+	}
+	sbs, err := c.Sandboxes(ctx, berth.SandboxRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if sb.Metadata["evacuated_from"] != "" || sb.ID == before.SandboxID {
+			t.Fatalf("running after the move: %+v; want only the app's new sandbox", sb)
+		}
+	}
+	story := appStory(t, c, "spot", true)
+	if !slices.ContainsFunc(story, func(s string) bool { return strings.Contains(s, "reconciler starts it on another host") }) {
+		t.Fatalf("app events %q; want the loss to name the preemption hand-over", story)
 	}
 }
