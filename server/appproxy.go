@@ -136,6 +136,7 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 		return
 	}
 	rp := &httputil.ReverseProxy{
+		Transport: s.appTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
 			raw := portPath(a.SandboxID, a.Spec.Port) + path

@@ -136,6 +136,9 @@ type Server struct {
 	appBusy    sync.Map // name → true
 	appSeen    sync.Map // name → time.Time
 	appFlushed sync.Map // name → time.Time
+	// appTransport carries app requests to agents, keeping connections to each agent warm
+	// (the default keeps 2 idle per host: every burst above that would reconnect).
+	appTransport *http.Transport
 }
 
 // New returns a server over st. Zero fields of cfg take their defaults.
@@ -230,6 +233,9 @@ func New(cfg Config, st berth.Store) *Server {
 		metrics:   m,
 		log:       cfg.Logger,
 		appKick:   make(chan struct{}, 1),
+		appTransport: &http.Transport{
+			Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		},
 	}
 }
 

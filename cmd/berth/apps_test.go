@@ -611,3 +611,28 @@ func TestAPP2_PreemptionNoticeMovesApp(t *testing.T) {
 		t.Fatalf("app events %q; want the loss to name the preemption hand-over", story)
 	}
 }
+
+// TestBenchApp: `berth bench app` wakes the app the asked number of times and serves every
+// request through Berth (figures go to docs/PERFORMANCE.md; nothing here asserts a time).
+func TestBenchApp(t *testing.T) {
+	st := bootDev(t, nil)
+	c := adminClient(st, client.WithDeadline(5*time.Second))
+	if _, err := c.CreateApp(context.Background(), berth.AppRequest{Name: "b", AppSpec: appSpec("b", 128)}); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, c, "b", berth.AppRunning, 60*time.Second)
+	out, err := berthCLI(t, st, "", "bench", "app", "b", "--requests", "200", "--clients", "4", "--wakes", "2")
+	if err != nil {
+		t.Fatalf("bench app: %v (%s)", err, out)
+	}
+	if !strings.Contains(out, "wake (hibernated → first answer), 2 rounds") || !strings.Contains(out, "requests: 200 ok, 0 failed") {
+		t.Fatalf("bench app printed %q; want 2 wakes and 200 requests served", out)
+	}
+	story := appStory(t, c, "b", false)
+	if n := strings.Count(strings.Join(story, " "), "hibernated→waking"); n != 2 {
+		t.Fatalf("app events %q; want 2 wakes", story)
+	}
+	if _, err := berthCLI(t, st, "", "bench", "app", "b", "--requests", "0"); berth.ErrorCode(err) != berth.EInvalidRequest {
+		t.Fatalf("--requests 0: %v; want invalid_request", err)
+	}
+}

@@ -28,7 +28,7 @@ import (
 
 func newBenchCmd(cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load tools for measuring the control plane (loopback and your own fleet only)"}
-	cmd.AddCommand(newBenchCreateCmd(cf), newBenchAgentsCmd())
+	cmd.AddCommand(newBenchCreateCmd(cf), newBenchAgentsCmd(), newBenchAppCmd(cf))
 	return cmd
 }
 
