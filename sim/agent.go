@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -200,21 +201,39 @@ func (e *engine) scheduleLoss() {
 	e.q.push(e.now+int64(e.rng.exp()/perSec*1e9), evLoss, 0)
 }
 
-// loss takes a random live host: silently (SPOT-5), or after a preemption notice (SPOT-2,
-// SPOT-3) — cordon at once, triage with evacuate.Triage, recreate what the plan saves
+// loss takes a host: a random live one for the Poisson process (scheduled 0), or the
+// scheduled loss's host. It goes silently (SPOT-5) or after a preemption notice (SPOT-2,
+// SPOT-3): cordon at once, triage with evacuate.Triage, recreate what the plan saves
 // elsewhere through the scheduler, and lose the host at the end of the window.
-func (e *engine) loss() {
+func (e *engine) loss(scheduled int) {
 	if e.arrDone && e.now > e.end {
 		return
 	}
-	k := int(e.rng.next() % uint64(len(e.alive)))
-	h := int(e.alive[k])
-	e.alive[k] = e.alive[len(e.alive)-1]
-	e.alive = e.alive[:len(e.alive)-1]
 	f := &e.s.Failures
-	kind := 0
-	if len(f.Notices) > 0 && e.rng.float() < f.NoticeFrac {
-		kind = 1 + e.r.lossCount()%len(f.Notices)
+	var h, kind int
+	if scheduled > 0 {
+		l := f.Scheduled[scheduled-1]
+		h = l.Host
+		if !e.hosts[h].alive || e.hosts[h].draining {
+			return
+		}
+		if l.Notice > 0 {
+			kind = 1 + slices.Index(f.Notices, l.Notice)
+		}
+		if k := slices.Index(e.alive, int32(h)); k >= 0 {
+			e.alive = slices.Delete(e.alive, k, k+1)
+		}
+	} else {
+		if len(e.alive) == 0 {
+			return
+		}
+		k := int(e.rng.next() % uint64(len(e.alive)))
+		h = int(e.alive[k])
+		e.alive[k] = e.alive[len(e.alive)-1]
+		e.alive = e.alive[:len(e.alive)-1]
+		if len(f.Notices) > 0 && e.rng.float() < f.NoticeFrac {
+			kind = 1 + e.r.lossCount()%len(f.Notices)
+		}
 	}
 	st := &e.r.Losses[kind]
 	st.Hosts++
@@ -224,13 +243,15 @@ func (e *engine) loss() {
 	} else {
 		e.notice(h, kind)
 	}
-	e.scheduleLoss()
+	if scheduled == 0 {
+		e.scheduleLoss()
+	}
 }
 
 func (e *engine) notice(h, kind int) {
 	hs := &e.hosts[h]
 	window := e.s.Failures.Notices[kind-1]
-	hs.draining, hs.noticeKind = true, kind // cordon first (SPOT-2): the agent's immediate heartbeat
+	hs.draining = true // cordon first (SPOT-2): the agent's immediate heartbeat
 	row := &e.store[h]
 	row.Draining, row.IntakeOpen, row.AdmittableMiB = true, false, 0
 	e.changed(h)
@@ -276,11 +297,7 @@ func (e *engine) death(h int) {
 		return
 	}
 	for len(hs.gids) > 0 {
-		gid := hs.gids[len(hs.gids)-1]
-		if e.guests[gid].leaving == 0 {
-			e.r.Losses[e.lossKindOf(h)].Lost++
-		}
-		e.removeGuest(gid)
+		e.removeGuest(hs.gids[len(hs.gids)-1])
 	}
 	hs.alive = false
 	e.sample.hostsUp--
@@ -295,12 +312,4 @@ func (e *engine) death(h int) {
 		e.q.push(e.res[rid].expires, evExpire, rid)
 	}
 	hs.unnetted = nil
-}
-
-// lossKindOf is the loss kind a dying host was counted under: notice kinds leave it draining.
-func (e *engine) lossKindOf(h int) int {
-	if !e.hosts[h].draining {
-		return 0
-	}
-	return e.hosts[h].noticeKind
 }

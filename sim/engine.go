@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -57,6 +58,16 @@ type Failures struct {
 	LinkMiBps       float64
 	Margin          time.Duration // default 5 s
 	CanSnapshot     bool
+	// Scheduled are losses at fixed times on fixed hosts, besides the Poisson process.
+	Scheduled []ScheduledLoss
+}
+
+// ScheduledLoss loses host Host (an index) at At, after a preemption notice of Notice
+// (0: silently).
+type ScheduledLoss struct {
+	At     time.Duration
+	Host   int
+	Notice time.Duration
 }
 
 // Policy is one column of the side-by-side comparison (SIM-1).
@@ -94,6 +105,12 @@ func (s Scenario) withDefaults() Scenario {
 	}
 	s.Tail = orDur(s.Tail, 5*time.Minute)
 	s.Failures.Margin = orDur(s.Failures.Margin, 5*time.Second)
+	s.Failures.Notices = slices.Clone(s.Failures.Notices)
+	for _, l := range s.Failures.Scheduled {
+		if l.Notice > 0 && !slices.Contains(s.Failures.Notices, l.Notice) {
+			s.Failures.Notices = append(s.Failures.Notices, l.Notice)
+		}
+	}
 	return s
 }
 
@@ -142,7 +159,6 @@ type simHost struct {
 	hbPending   bool
 	tickPending bool
 	critTicks   int
-	noticeKind  int
 	unnetted    []int32 // reservations the agent's next heartbeat nets out (LED-4)
 }
 
@@ -260,6 +276,11 @@ func (e *engine) run() {
 	if e.s.Failures.LossPerHostHour > 0 {
 		e.scheduleLoss()
 	}
+	for i, l := range e.s.Failures.Scheduled {
+		if l.Host >= 0 && l.Host < len(e.hosts) {
+			e.q.push(int64(l.At), evLoss, int32(i+1))
+		}
+	}
 	for e.q.len() > 0 {
 		ev := e.q.top()
 		if e.end >= 0 && ev.at > e.end {
@@ -289,7 +310,7 @@ func (e *engine) run() {
 				e.reps[r].snap[ev.id].Draining = true
 			}
 		case evLoss:
-			e.loss()
+			e.loss(int(ev.id))
 		case evExpire:
 			e.release(ev.id)
 		}

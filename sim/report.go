@@ -17,6 +17,7 @@ type Report struct {
 
 	MeanPerHost float64 // time-averaged over the run
 	PeakPerHost float64
+	BusiestHost int // the most sandboxes one host held at once (pack fills hosts, spread levels them)
 
 	// Refusals counts 503 answers by code (API-2; a create refused three times counts three);
 	// Reasons counts them by the rejection reason most hosts gave (PLC-10).
@@ -47,9 +48,10 @@ type Report struct {
 	Series []Sample
 }
 
-// LossStat is what host losses of one kind cost: guests on those hosts when the loss began,
-// guests the evacuation plan saved (recreated or moved and started elsewhere, SPOT-3) and
-// guests lost.
+// LossStat is what host losses of one kind cost: guests on those hosts when the loss began
+// (the notice, or the silent end), guests the evacuation plan saved (recreated from their
+// template or snapshot-moved, and started elsewhere through the scheduler, SPOT-3) and the
+// rest, lost (a planned loss, a recreate refused until the SDK's deadline, or no notice).
 type LossStat struct {
 	Kind   string
 	Hosts  int
@@ -163,7 +165,9 @@ func (e *engine) finish() {
 		r.TTSP50, r.TTSP99 = pct(0.50), pct(0.99)
 	}
 	var guests, saved int
-	for _, l := range r.Losses {
+	for i := range r.Losses {
+		l := &r.Losses[i]
+		l.Lost = l.Guests - l.Saved
 		guests += l.Guests
 		saved += l.Saved
 	}

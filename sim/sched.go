@@ -107,11 +107,9 @@ func (e *engine) refuse(c int32, d placement.Decision) {
 			return
 		}
 	}
-	if cr.evac > 0 {
-		e.r.Losses[cr.evac-1].Lost++
-		return
+	if cr.evac == 0 {
+		e.r.GaveUp++
 	}
-	e.r.GaveUp++
 }
 
 // dominant names the reason most hosts were rejected for (PLC-10); ties go to the first
@@ -241,6 +239,7 @@ func (e *engine) admit(c int32, h int) {
 	hs.gids = append(hs.gids, gid)
 	hs.born = append(hs.born, e.now)
 	hs.resident += mib
+	e.r.BusiestHost = max(e.r.BusiestHost, len(hs.gids))
 	e.live++
 	if g.end > 0 {
 		e.q.push(g.end, evDepart, gid)
