@@ -25,8 +25,8 @@ type Report struct {
 	Reasons  map[string]int
 
 	// Hops the scheduler took inside one create (PLC-7): the ledger said no (another create
-	// took the room), the agent's local gate said no (AGT-2: a stale verdict), the host was
-	// cordoned (a replica's cache had not seen the cordon), or its agent was gone.
+	// took the room), the agent's local gate said no (AGT-2: a stale verdict), Pick chose a
+	// cordoned host (the replica's cache had not seen the cordon, PLC-5), or its agent was gone.
 	LedgerRaces   int
 	AgentRefusals int
 	CordonMisses  int

@@ -45,10 +45,19 @@ func (e *engine) attempt(c int32) {
 			return
 		}
 		h := d.Index
+		// A cordoned host picked from a cache that has not seen the cordon yet (PLC-5): the
+		// cordon's heartbeat published admittable 0, so the ledger (or, charging nothing, the
+		// agent) turns it away and the pick is wasted.
+		cordoned := e.store[h].Draining
+		if cordoned {
+			e.r.CordonMisses++
+		}
 		// The ledger (LED-1): the store's check, atomic with taking the room, against the
 		// agent's published verdict and the reservations this ledger holds.
 		if !admission.Fits(e.store[h].AdmittableMiB, e.ledgerPending(r, h), d.ChargeMiB) {
-			e.r.LedgerRaces++
+			if !cordoned {
+				e.r.LedgerRaces++
+			}
 			races++
 			e.refresh(r)
 			if races > 2*e.s.MaxHosts {
@@ -70,7 +79,7 @@ func (e *engine) attempt(c int32) {
 		case !hs.alive:
 			no, e.r.Unreachable = "unreachable", e.r.Unreachable+1
 		case hs.draining:
-			no, e.r.CordonMisses = "draining", e.r.CordonMisses+1
+			no = "draining" // counted above
 		case !e.p.TrustScheduler && !admission.Fits(e.agentAdmittable(h), 0, admission.Charge(e.p.Mode, cr.a.MemoryMiB, cr.a.Stateful)):
 			no, e.r.AgentRefusals = "full", e.r.AgentRefusals+1
 		}
