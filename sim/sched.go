@@ -30,7 +30,9 @@ func (e *engine) attempt(c int32) {
 		rep.seed++
 		d := placement.Pick(rep.snap, req, e.now, opt, mix(rep.seed))
 		if d.Index < 0 {
-			if !reread {
+			if !reread && rep.logPos != e.logBase+len(e.log) {
+				// PLC-6: re-read before refusing. When nothing changed since this replica's
+				// last read the re-read snapshot is this one and Pick would refuse again.
 				reread = true
 				e.refresh(r)
 				continue
