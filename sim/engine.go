@@ -290,7 +290,7 @@ func (e *engine) run() {
 		e.advance(ev.at)
 		switch ev.kind {
 		case evArrive:
-			e.arrive()
+			e.arrive(ev.id)
 		case evAttempt:
 			e.attempt(ev.id)
 		case evChange:
@@ -341,8 +341,9 @@ func (e *engine) nextArrival() {
 	e.q.push(a.At, evArrive, int32(len(e.creates)-1))
 }
 
-func (e *engine) arrive() {
-	c := int32(len(e.creates) - 1)
+// arrive sends create c, the workload's latest (an evacuation may have queued creates of its
+// own since it was read), and reads the next one.
+func (e *engine) arrive(c int32) {
 	e.r.Creates++
 	e.attempt(c)
 	e.nextArrival()
