@@ -251,7 +251,7 @@ func (e *engine) loss(scheduled int) {
 func (e *engine) notice(h, kind int) {
 	hs := &e.hosts[h]
 	window := e.s.Failures.Notices[kind-1]
-	hs.draining = true // cordon first (SPOT-2): the agent's immediate heartbeat
+	hs.draining, hs.noticeKind = true, kind+1 // cordon first (SPOT-2): the agent's immediate heartbeat
 	row := &e.store[h]
 	row.Draining, row.IntakeOpen, row.AdmittableMiB = true, false, 0
 	e.changed(h)
@@ -270,7 +270,8 @@ func (e *engine) notice(h, kind int) {
 	plan := evacuate.Triage(in)
 	var moved int64
 	for _, s := range plan.Steps {
-		gid, _ := strconv.Atoi(s.GuestID)
+		n, _ := strconv.Atoi(s.GuestID)
+		gid := int32(n)
 		g := &e.guests[gid]
 		at := e.now
 		switch s.Action {
@@ -283,7 +284,7 @@ func (e *engine) notice(h, kind int) {
 		g.leaving = int8(kind + 1)
 		old := e.creates[g.create]
 		e.creates = append(e.creates, createReq{a: old.a, first: at, firstRefusal: -1,
-			ageBase: at - g.born + g.ageBase, evac: int8(kind + 1)})
+			ageBase: at - g.born + g.ageBase, evac: int8(kind + 1), src: gid})
 		e.q.push(at, evAttempt, int32(len(e.creates)-1))
 	}
 	e.q.push(e.now+int64(window), evDeath, int32(h))

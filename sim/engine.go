@@ -141,7 +141,8 @@ type createReq struct {
 	firstRefusal int64 // −1 until refused once
 	attempt      int32
 	ageBase      int64
-	evac         int8 // 0: a client's create; k+1: an evacuation recreate after a loss of kind k
+	evac         int8  // 0: a client's create; k+1: an evacuation recreate after a loss of kind k
+	src          int32 // an evacuation recreate's guest on the lost host
 }
 
 // simHost is a host and its agent. books is the agent's view (AGT-2): every guest it holds,
@@ -159,6 +160,7 @@ type simHost struct {
 	hbPending   bool
 	tickPending bool
 	critTicks   int
+	noticeKind  int     // loss kind + 1 while under a preemption notice
 	unnetted    []int32 // reservations the agent's next heartbeat nets out (LED-4)
 }
 
@@ -297,6 +299,9 @@ func (e *engine) run() {
 			e.change(ev.id)
 		case evDepart:
 			if g := &e.guests[ev.id]; !g.dead {
+				if k := e.hosts[g.host].noticeKind; k > 0 {
+					e.r.Losses[k-1].Ended++ // finished its work inside the window: not lost
+				}
 				e.removeGuest(ev.id)
 			}
 		case evHeartbeat:

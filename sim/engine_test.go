@@ -55,6 +55,11 @@ func TestSIM1_SameSeedSameBytes(t *testing.T) {
 		if r.Creates != 3000 || r.Admitted+r.GaveUp != r.Creates {
 			t.Fatalf("%s: %d creates, %d admitted + %d given up", r.Policy, r.Creates, r.Admitted, r.GaveUp)
 		}
+		for _, l := range r.Losses { // a guest is saved, ends on its own or is lost: never two of them
+			if l.Lost < 0 || l.Saved+l.Ended > l.Guests {
+				t.Fatalf("%s: %+v", r.Policy, l)
+			}
+		}
 	}
 	a := render(t, reports)
 	b := render(t, Compare(s, allPolicies(t), w))

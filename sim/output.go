@@ -64,10 +64,10 @@ func WriteTable(w io.Writer, reports []Report) error {
 				continue
 			}
 			if !header {
-				fmt.Fprintln(tw, "\nPOLICY\tHOST_LOSS\tHOSTS\tGUESTS\tSAVED\tLOST\tSAVED_%")
+				fmt.Fprintln(tw, "\nPOLICY\tHOST_LOSS\tHOSTS\tGUESTS\tSAVED\tENDED\tLOST\tSAVED_%")
 				header = true
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%.0f\n", r.Policy, l.Kind, l.Hosts, l.Guests, l.Saved, l.Lost, l.SavedPct())
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.0f\n", r.Policy, l.Kind, l.Hosts, l.Guests, l.Saved, l.Ended, l.Lost, l.SavedPct())
 		}
 	}
 	return tw.Flush()
@@ -94,7 +94,7 @@ func WriteCSV(w io.Writer, reports []Report) error {
 	}
 	for _, k := range kinds {
 		k = strings.ReplaceAll(k, " ", "_")
-		head = append(head, k+"_hosts", k+"_guests", k+"_saved", k+"_lost")
+		head = append(head, k+"_hosts", k+"_guests", k+"_saved", k+"_ended", k+"_lost")
 	}
 	if err := cw.Write(head); err != nil {
 		return err
@@ -116,7 +116,7 @@ func WriteCSV(w io.Writer, reports []Report) error {
 					l = x
 				}
 			}
-			row = append(row, d(l.Hosts), d(l.Guests), d(l.Saved), d(l.Lost))
+			row = append(row, d(l.Hosts), d(l.Guests), d(l.Saved), d(l.Ended), d(l.Lost))
 		}
 		if err := cw.Write(row); err != nil {
 			return err

@@ -50,13 +50,15 @@ type Report struct {
 
 // LossStat is what host losses of one kind cost: guests on those hosts when the loss began
 // (the notice, or the silent end), guests the evacuation plan saved (recreated from their
-// template or snapshot-moved, and started elsewhere through the scheduler, SPOT-3) and the
-// rest, lost (a planned loss, a recreate refused until the SDK's deadline, or no notice).
+// template or snapshot-moved, and started elsewhere through the scheduler, SPOT-3), guests
+// that ended on their own inside the window, and the rest, lost (a planned loss, a recreate
+// refused until the SDK's deadline, killed before it could leave, or no notice at all).
 type LossStat struct {
 	Kind   string
 	Hosts  int
 	Guests int
 	Saved  int
+	Ended  int // finished their work on their own inside the notice window
 	Lost   int
 }
 
@@ -167,7 +169,7 @@ func (e *engine) finish() {
 	var guests, saved int
 	for i := range r.Losses {
 		l := &r.Losses[i]
-		l.Lost = l.Guests - l.Saved
+		l.Lost = l.Guests - l.Saved - l.Ended
 		guests += l.Guests
 		saved += l.Saved
 	}

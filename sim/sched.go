@@ -17,6 +17,9 @@ import (
 // server's Retry-After or full jitter, until the SDK's deadline (SDK-1).
 func (e *engine) attempt(c int32) {
 	cr := &e.creates[c]
+	if cr.evac > 0 && cr.attempt == 0 && e.guests[cr.src].dead {
+		return // the guest ended on its own (counted Ended) or was killed before it could leave
+	}
 	cr.attempt++
 	r := int(c) % len(e.reps)
 	rep := &e.reps[r]
