@@ -281,7 +281,6 @@ func (e *engine) notice(h, kind int) {
 			moved += s.MiB // moves run one after another, smallest first, on the host's link
 			at += int64(float64(moved) / math.Max(e.s.Failures.LinkMiBps, 1e-9) * 1e9)
 		}
-		g.leaving = int8(kind + 1)
 		old := e.creates[g.create]
 		e.creates = append(e.creates, createReq{a: old.a, first: at, firstRefusal: -1,
 			ageBase: at - g.born + g.ageBase, evac: int8(kind + 1), src: gid})

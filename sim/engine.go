@@ -131,7 +131,7 @@ type guest struct {
 	end      int64 // lifetime ends (0: never)
 	ageBase  int64 // workload age at start: an evacuated guest carries on where it was
 	dead     bool
-	leaving  int8 // loss kind + 1 when an evacuation plan recreates it elsewhere
+	saved    bool // its evacuation recreate started elsewhere
 }
 
 // createReq is one create as the SDK sends it, with its retries.
@@ -299,7 +299,7 @@ func (e *engine) run() {
 			e.change(ev.id)
 		case evDepart:
 			if g := &e.guests[ev.id]; !g.dead {
-				if k := e.hosts[g.host].noticeKind; k > 0 {
+				if k := e.hosts[g.host].noticeKind; k > 0 && !g.saved {
 					e.r.Losses[k-1].Ended++ // finished its work inside the window: not lost
 				}
 				e.removeGuest(ev.id)

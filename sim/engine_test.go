@@ -150,6 +150,18 @@ func TestSIM1_HostLossEvacuation(t *testing.T) {
 		t.Fatalf("30 s notice, reconstructible guests: %+v, want all saved", all)
 	}
 	t.Logf("evacuation saved %.0f %% over all losses; %+v", r.EvacSavedPct, r.Losses)
+
+	// Guests whose lifetime ends inside the window: a recreated one is saved once (its old copy
+	// ending on the dying host is not also "ended"); one that ends before its move is ended.
+	s := Scenario{Hosts: 4, HostMiB: 32 << 10, HeadroomMiB: 4 << 10, Retry: true, RetryAfter: true, Seed: 4,
+		Failures: Failures{LinkMiBps: 5, CanSnapshot: true, Scheduled: []ScheduledLoss{{At: time.Minute, Host: 1, Notice: 120 * time.Second}}}}
+	for _, rf := range []float64{0, 1} {
+		w := NewIdle(IdleModel{Creates: 40, Interval: time.Second, MemoryMiB: 1 << 10, TouchMiB: 512, LifetimeMedian: 100 * time.Second, ReconstructibleFrac: rf})
+		l := s.Run(Policy{Mode: berth.AdmissionCommitted, Gate: true}, w).Losses[1]
+		if l.Guests == 0 || l.Saved+l.Ended+l.Lost != l.Guests || l.Lost < 0 || (rf == 1 && l.Saved != l.Guests) || (rf == 0 && l.Ended == 0) {
+			t.Fatalf("reconstructible %.0f, lifetimes ending inside the window: %+v", rf, l)
+		}
+	}
 }
 
 // TestSIM1_CordonDelayVsCache: Pick chooses a cordoned host when a replica's cache has not

@@ -237,6 +237,7 @@ func (e *engine) admit(c int32, h int) {
 	}
 	if cr.evac > 0 {
 		e.r.Losses[cr.evac-1].Saved++
+		e.guests[cr.src].saved = true
 	} else {
 		e.r.Admitted++
 	}
