@@ -1,13 +1,15 @@
 package sim
 
 import (
+	"time"
+
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
-	"github.com/berth-dev/berth/placement"
 )
 
-// BurstConfig is a burst of creates spread round-robin over replicas that all see the same
-// stale snapshot of one host (its last heartbeat's admittable), to compare a shared
-// reservation ledger with per-replica ledgers (LED-1).
+// BurstConfig is a burst of creates, all at one instant, spread round-robin over replicas
+// whose snapshots of one host are equally stale (its last heartbeat's admittable), to compare
+// a shared reservation ledger with per-replica ledgers (LED-1). Sizes are MiB.
 type BurstConfig struct {
 	Replicas      int
 	AdmittableMiB int64 // the host's published admittable
@@ -16,34 +18,31 @@ type BurstConfig struct {
 	Creates       int
 }
 
-// Burst returns how many creates a shared ledger admits and how many per-replica ledgers
-// admit, through placement.Pick and admission.Fits. With per-replica ledgers each replica
-// only subtracts its own reservations, so together they admit up to Replicas times the room:
-// the quarter-amplitude failure the shared ledger exists to prevent.
-func Burst(cfg BurstConfig) (shared, perReplica int) {
-	run := func(sharedLedger bool) int {
-		pending := make([]int64, max(cfg.Replicas, 1)) // per replica; index 0 is the shared one
-		admitted := 0
-		for c := 0; c < cfg.Creates; c++ {
-			r := c % max(cfg.Replicas, 1)
-			slot := r
-			if sharedLedger {
-				slot = 0
-			}
-			host := []placement.Host{{ID: "h", LastSeenNano: 1, IntakeOpen: true, Mode: cfg.Mode, CPUTotal: 1,
-				AdmittableMiB: cfg.AdmittableMiB, PendingMiB: pending[slot]}}
-			d := placement.Pick(host, placement.Request{MemoryMiB: cfg.GuestMiB}, 1, placement.Options{}, uint64(c)+1)
-			if d.Index < 0 {
-				continue
-			}
-			// The ledger's own check, atomic in the store (LED-1): the same Fits.
-			if !admission.Fits(cfg.AdmittableMiB, pending[slot], d.ChargeMiB) {
-				continue
-			}
-			pending[slot] += d.ChargeMiB
-			admitted++
-		}
-		return admitted
+// BurstReports runs the burst once per ledger, side by side in one comparison, with the
+// agents' local gate off so that what each ledger grants is what starts (TrustScheduler).
+// The per-replica report's OverGrants counts the grants the shared ledger refused in that
+// same run.
+func BurstReports(cfg BurstConfig) []Report {
+	s := Scenario{Hosts: 1, HostMiB: cfg.AdmittableMiB, Replicas: cfg.Replicas, RefreshEvery: time.Hour, Tail: time.Second}
+	mode := cfg.Mode
+	if mode == "" {
+		mode = berth.AdmissionCommitted
 	}
-	return run(true), run(false)
+	touch := admission.Charge(mode, cfg.GuestMiB, false)
+	ps := []Policy{
+		{Name: "shared", Mode: mode, TrustScheduler: true},
+		{Name: "per-replica", Mode: mode, PerReplicaLedger: true, TrustScheduler: true},
+	}
+	return Compare(s, ps, func() Workload {
+		return NewIdle(IdleModel{Creates: cfg.Creates, MemoryMiB: cfg.GuestMiB, TouchMiB: touch})
+	})
+}
+
+// Burst returns how many creates a shared ledger admits and how many per-replica ledgers
+// admit, through placement.Pick and admission.Fits in the engine. With per-replica ledgers
+// each replica subtracts only its own reservations, so together they admit up to Replicas
+// times the room: the failure the shared ledger exists to prevent.
+func Burst(cfg BurstConfig) (shared, perReplica int) {
+	r := BurstReports(cfg)
+	return r[0].Admitted, r[1].Admitted
 }

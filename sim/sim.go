@@ -1,16 +1,27 @@
-// Package sim is the start of `berth sim` (SIM-1): a deterministic fleet simulation that calls
-// the very admission and placement functions the server and agents run (ADM-6), never a
-// second copy of the arithmetic. This first slice places a stream of identical creates on a
-// fleet whose guests touch a fixed share of their memory, measuring them between creates,
-// and counts admissions, refusals and would-be OOM events (resident above a host's total).
+// Package sim is `berth sim` (SIM-1): a deterministic discrete-event simulation of a fleet
+// that calls the very admission, placement and evacuation functions the server and agents
+// run (ADM-6), never a second copy of the arithmetic.
+//
+// The engine (Scenario.Run) keeps a virtual clock over an event heap; hosts whose agents
+// heartbeat their admission verdict (admission.Admittable over their books) every 10 s;
+// scheduler replicas that pick (placement.Pick) over snapshots refreshed on their own period;
+// a reservation ledger, shared or per replica, checked with admission.Fits and netted by
+// heartbeats; sandboxes whose resident memory follows a Workload; the pressure gate
+// (admission.PressureGate) and the agent's eviction policy; kernel OOM kills; host losses with
+// and without a preemption notice, evacuated by evacuate.Triage; and creates retried with the
+// SDK's backoff (client.Backoff) or the server's Retry-After. Compare runs several policies
+// side by side; Run, Burst and Replay are fixed configurations of the engine.
 package sim
 
 import (
-	"github.com/berth-dev/berth/admission"
+	"time"
+
 	"github.com/berth-dev/berth/placement"
 )
 
-// Config is one simulated run. Sizes are MiB.
+// Config is the seed arithmetic's run: Hosts identical hosts of HostMiB with HeadroomMiB
+// kept free, Creates creates of GuestMiB each (one every 11 s per host, so each is judged on
+// measured guests), guests that touch TouchMiB once started and live forever. Sizes are MiB.
 type Config struct {
 	Hosts       int
 	HostMiB     int64
@@ -22,62 +33,25 @@ type Config struct {
 	Seed        uint64
 }
 
-// Result counts what happened. OOMEvents counts hosts whose guests' resident memory would
-// exceed the host's total (a kernel OOM on a real host).
+// Result counts what happened: creates admitted, refusals by code (no retries), kernel OOM
+// kills (guests' resident memory would exceed a host), ADM-9 evictions, and admitted per host.
 type Result struct {
 	Admitted  int
 	Refused   map[string]int
 	OOMEvents int
+	Evictions int
 	PerHost   float64
 }
 
-type simHost struct {
-	guests []admission.Guest
-}
-
-// Run simulates cfg; the same cfg gives the same Result.
+// Run simulates cfg on the engine with the pressure gate on and no retries; the same cfg
+// gives the same Result (SIM-1's seed arithmetic).
 func Run(cfg Config) Result {
-	hosts := make([]simHost, cfg.Hosts)
-	snap := make([]placement.Host, cfg.Hosts)
-	res := Result{Refused: map[string]int{}}
-	rng := cfg.Seed | 1
-	refresh := func(i int) { // only the host that changed is re-judged: O(hosts) per create
-		snap[i] = placement.Host{
-			ID: "h", LastSeenNano: 1, IntakeOpen: true, Mode: cfg.Mode, CPUTotal: 1,
-			AdmittableMiB: admission.Admittable(admission.Host{Mode: cfg.Mode, TotalMiB: cfg.HostMiB,
-				HeadroomMiB: cfg.HeadroomMiB, IntakeOpen: true, Guests: hosts[i].guests}),
-		}
-	}
-	for i := range hosts {
-		refresh(i)
-	}
-	for c := 0; c < cfg.Creates; c++ {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
-		d := placement.Pick(snap, placement.Request{MemoryMiB: cfg.GuestMiB}, 1, placement.Options{}, rng)
-		if d.Index < 0 {
-			res.Refused[d.Code()]++
-			continue
-		}
-		res.Admitted++
-		h := &hosts[d.Index]
-		h.guests = append(h.guests, admission.Guest{ConfiguredMiB: cfg.GuestMiB})
-		// The next measurement sees every guest at its touched size (ADM-5 releases reserves).
-		for j := range h.guests {
-			h.guests[j].ResidentMiB, h.guests[j].Measured = min(cfg.TouchMiB, cfg.GuestMiB), true
-		}
-		refresh(d.Index)
-	}
-	for _, h := range hosts {
-		var resident int64
-		for _, g := range h.guests {
-			resident += g.ResidentMiB
-		}
-		if resident > cfg.HostMiB {
-			res.OOMEvents++
-		}
-	}
+	s := Scenario{Hosts: cfg.Hosts, HostMiB: cfg.HostMiB, HeadroomMiB: cfg.HeadroomMiB, Seed: cfg.Seed}
+	spacing := (11 * time.Second) / time.Duration(max(cfg.Hosts, 1))
+	w := NewIdle(IdleModel{Creates: cfg.Creates, Interval: max(spacing, time.Microsecond), MemoryMiB: cfg.GuestMiB,
+		TouchMiB: cfg.TouchMiB, Seed: cfg.Seed})
+	rep := s.Run(Policy{Mode: cfg.Mode, Strategy: placement.Spread, Gate: true}, w)
+	res := Result{Admitted: rep.Admitted, Refused: rep.Refusals, OOMEvents: rep.OOMKills, Evictions: rep.Evictions}
 	if cfg.Hosts > 0 {
 		res.PerHost = float64(res.Admitted) / float64(cfg.Hosts)
 	}

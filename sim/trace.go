@@ -11,9 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/berth-dev/berth/admission"
-	"github.com/berth-dev/berth/placement"
+	"time"
 )
 
 // Pod is one trace entry: arrival and departure in seconds (Departure 0: never), configured
@@ -129,127 +127,33 @@ func LoadUtil(path string) ([][]float64, error) {
 	return out, nil
 }
 
-// TraceConfig replays pods on hosts of HostMiB each, measuring every TickSeconds, with each
-// pod's resident = configured × a utilisation series (pod i follows series i mod len).
+// TraceConfig replays pods on Hosts hosts of HostMiB each in one admission mode, each pod's
+// resident = configured × a utilisation series (pod i follows series i mod len) stepping every
+// TickSeconds (default 300). Gate turns the pressure gate and ADM-9 eviction on; Retry makes
+// refused pods retry with the SDK's backoff instead of being dropped.
 type TraceConfig struct {
 	Hosts       int
 	HostMiB     int64
 	HeadroomMiB int64
 	Mode        string
 	TickSeconds int64
+	Gate        bool
+	Retry       bool
 }
 
-// TraceResult is a replay's outcome: creates admitted and refused, the mean number of live
-// guests per host over the measurement ticks, and OOM events (host-ticks whose resident
-// memory exceeded the host's total).
+// TraceResult is a replay's outcome: creates admitted and refused (dropped or given up), the
+// time-averaged number of live guests per host, kernel OOM kills and ADM-9 evictions.
 type TraceResult struct {
 	Admitted, Refused int
 	MeanPerHost       float64
 	OOMEvents         int
+	Evictions         int
 }
 
-type traceGuest struct {
-	pod  int
-	mem  int64
-	born int64
-}
-
-// Replay runs pods through the real admission and placement code (SIM-1).
+// Replay runs pods through the engine, and so through the real admission and placement code
+// (SIM-1).
 func Replay(cfg TraceConfig, pods []Pod, util [][]float64) TraceResult {
-	type event struct {
-		t      int64
-		arrive bool
-		pod    int
-	}
-	var events []event
-	for i, p := range pods {
-		events = append(events, event{p.Arrival, true, i})
-		if p.Departure > 0 {
-			events = append(events, event{p.Departure, false, i})
-		}
-	}
-	slices.SortStableFunc(events, func(a, b event) int {
-		if a.t != b.t {
-			return int(a.t - b.t)
-		}
-		if a.arrive != b.arrive { // departures first at the same instant
-			if a.arrive {
-				return 1
-			}
-			return -1
-		}
-		return a.pod - b.pod
-	})
-	tick := max(cfg.TickSeconds, 1)
-	hosts := make([][]traceGuest, cfg.Hosts)
-	guests := make([][]admission.Guest, cfg.Hosts)
-	where := map[int]int{}
-	snap := make([]placement.Host, cfg.Hosts)
-	resident := func(g traceGuest, t int64) int64 {
-		if len(util) == 0 {
-			return g.mem
-		}
-		s := util[g.pod%len(util)]
-		u := s[int((t-g.born)/tick)%len(s)]
-		r, _ := admission.ClampResident(int64(u*float64(g.mem)), g.mem) // negative readings are 0 (C07)
-		return r
-	}
-	refresh := func(h int, t int64) {
-		guests[h] = guests[h][:0]
-		for _, g := range hosts[h] {
-			guests[h] = append(guests[h], admission.Guest{ConfiguredMiB: g.mem, ResidentMiB: resident(g, t), Measured: t > g.born})
-		}
-		snap[h] = placement.Host{ID: "h", LastSeenNano: 1, IntakeOpen: true, Mode: cfg.Mode, CPUTotal: 1,
-			AdmittableMiB: admission.Admittable(admission.Host{Mode: cfg.Mode, TotalMiB: cfg.HostMiB,
-				HeadroomMiB: cfg.HeadroomMiB, IntakeOpen: true, Guests: guests[h]})}
-	}
-	for h := range hosts {
-		refresh(h, 0)
-	}
-	res := TraceResult{}
-	var ticks, live int64
-	nextTick := int64(0)
-	measure := func(t int64) {
-		for h := range hosts {
-			var sum int64
-			for _, g := range hosts[h] {
-				sum += resident(g, t)
-			}
-			if sum > cfg.HostMiB {
-				res.OOMEvents++
-			}
-			live += int64(len(hosts[h]))
-			refresh(h, t)
-		}
-		ticks++
-	}
-	for _, e := range events {
-		for nextTick <= e.t {
-			measure(nextTick)
-			nextTick += tick
-		}
-		if !e.arrive {
-			h, ok := where[e.pod]
-			if !ok {
-				continue
-			}
-			hosts[h] = slices.DeleteFunc(hosts[h], func(g traceGuest) bool { return g.pod == e.pod })
-			delete(where, e.pod)
-			refresh(h, e.t)
-			continue
-		}
-		d := placement.Pick(snap, placement.Request{MemoryMiB: pods[e.pod].MemoryMiB}, 1, placement.Options{}, uint64(e.pod)+1)
-		if d.Index < 0 {
-			res.Refused++
-			continue
-		}
-		res.Admitted++
-		hosts[d.Index] = append(hosts[d.Index], traceGuest{pod: e.pod, mem: pods[e.pod].MemoryMiB, born: e.t})
-		where[e.pod] = d.Index
-		refresh(d.Index, e.t)
-	}
-	if ticks > 0 && cfg.Hosts > 0 {
-		res.MeanPerHost = float64(live) / float64(ticks) / float64(cfg.Hosts)
-	}
-	return res
+	s := Scenario{Hosts: cfg.Hosts, HostMiB: cfg.HostMiB, HeadroomMiB: cfg.HeadroomMiB, Retry: cfg.Retry, RetryAfter: cfg.Retry}
+	r := s.Run(Policy{Mode: cfg.Mode, Gate: cfg.Gate}, NewTrace(TraceWorkload{Pods: pods, Util: util, Step: time.Duration(cfg.TickSeconds) * time.Second}))
+	return TraceResult{Admitted: r.Admitted, Refused: r.Creates - r.Admitted, MeanPerHost: r.MeanPerHost, OOMEvents: r.OOMKills, Evictions: r.Evictions}
 }

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -115,23 +118,44 @@ func TestPLAN1_BerthPlan(t *testing.T) {
 	}
 }
 
-// TestSIM1_BerthSim: `berth sim` prints the seed arithmetic and the ledger burst, and the
-// same seed prints the same output.
+// TestSIM1_BerthSim: `berth sim` prints the policies side by side and the ledger burst in one
+// invocation, writes the CSV and the plots it is asked for, prints the same bytes for the
+// same seed, and refuses bad input with exit code 2.
 func TestSIM1_BerthSim(t *testing.T) {
-	run := func() string {
+	dir := t.TempDir()
+	run := func(extra ...string) string {
 		var out, errOut bytes.Buffer
-		if err := Main(context.Background(), []string{"sim", "--creates", "200"}, strings.NewReader(""), &out, &errOut); err != nil {
+		args := append([]string{"sim", "--creates", "200"}, extra...)
+		if err := Main(context.Background(), args, strings.NewReader(""), &out, &errOut); err != nil {
 			t.Fatal(err)
 		}
 		return out.String()
 	}
-	out := run()
-	for _, want := range []string{"committed", "working-set", "shared", "per-replica"} {
+	out := run("--csv", filepath.Join(dir, "sim.csv"), "--plots", filepath.Join(dir, "plots"))
+	for _, want := range []string{"committed", "working-set", "none", "shared", "per-replica", "OOM_KILLS", "EVICTIONS", "TTS_P99_S"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if again := run(); again != out {
+	if !regexp.MustCompile(`(?m)^committed\s+7/200\s`).MatchString(out) {
+		t.Fatalf("committed does not admit 7 of 200 on the seed host:\n%s", out)
+	}
+	for _, f := range []string{"sim.csv", "plots/density.png", "plots/refusals.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	if again := run("--csv", filepath.Join(dir, "sim.csv"), "--plots", filepath.Join(dir, "plots")); again != out {
 		t.Fatalf("same seed, different output:\n%s\nvs\n%s", out, again)
+	}
+	busy := run("--hosts", "8", "--rate", "2", "--lifetime", "2m", "--spike-prob", "0.2", "--loss-rate", "1", "--policies", "working-set,working-set:pack:nogate")
+	if !strings.Contains(busy, "working-set:pack:nogate") || !strings.Contains(busy, "HOST_LOSS") {
+		t.Fatalf("busy fleet:\n%s", busy)
+	}
+	for _, bad := range [][]string{{"--policies", "lucky"}, {"--spike-prob", "2"}, {"--workload", "nope"}, {"--hosts", "0"}} {
+		var o, e bytes.Buffer
+		if err := Main(context.Background(), append([]string{"sim"}, bad...), strings.NewReader(""), &o, &e); exitCode(err) != 2 {
+			t.Fatalf("%v: %v (exit %d), want an invalid request", bad, err, exitCode(err))
+		}
 	}
 }
