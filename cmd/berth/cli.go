@@ -41,6 +41,9 @@ func (f *clientFlags) resolveKey() (string, error) {
 	if f.key != "" {
 		return f.key, nil
 	}
+	if k := os.Getenv("BERTH_KEY"); k != "" {
+		return k, nil
+	}
 	b, err := os.ReadFile(f.keyFile)
 	if err != nil {
 		return "", fmt.Errorf("no API key: set --key or BERTH_KEY, or start `berth dev` (it writes %s)", f.keyFile)

@@ -159,3 +159,21 @@ func TestSIM1_BerthSim(t *testing.T) {
 		}
 	}
 }
+
+// TestCLI_HelpNeverPrintsKey: with BERTH_KEY set, no --help shows it (a flag default would),
+// while the key is still what the CLI uses.
+func TestCLI_HelpNeverPrintsKey(t *testing.T) {
+	st := bootDev(t, nil)
+	t.Setenv("BERTH_KEY", st.AdminKey)
+	for _, args := range [][]string{{"--help"}, {"sandbox", "--help"}, {"apps", "create", "--help"}} {
+		var out, errOut bytes.Buffer
+		_ = Main(context.Background(), args, strings.NewReader(""), &out, &errOut)
+		if strings.Contains(out.String()+errOut.String(), st.AdminKey) {
+			t.Fatalf("berth %v printed the API key", args)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if err := Main(context.Background(), []string{"--url", st.URL, "--key-file", "/nonexistent", "templates"}, strings.NewReader(""), &out, &errOut); err != nil || !strings.Contains(out.String(), "python") {
+		t.Fatalf("templates with BERTH_KEY: %v %q", err, out.String())
+	}
+}

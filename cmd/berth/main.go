@@ -69,7 +69,8 @@ func newRootCmd() *cobra.Command {
 	cf := &clientFlags{}
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) { cf.stderr = cmd.ErrOrStderr() }
 	root.PersistentFlags().StringVar(&cf.url, "url", envOr("BERTH_URL", "http://127.0.0.1:7070"), "Berth server URL (env BERTH_URL)")
-	root.PersistentFlags().StringVar(&cf.key, "key", os.Getenv("BERTH_KEY"), "API key (env BERTH_KEY; default: the dev stack's admin.key)")
+	// The key's default is read when it is used, never shown: --help must not print a secret.
+	root.PersistentFlags().StringVar(&cf.key, "key", "", "API key (default: env BERTH_KEY, else the file --key-file)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when --key is not set")
 	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1)")
 	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newAppsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf))
