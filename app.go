@@ -83,8 +83,8 @@ func (s AppSpec) Validate() error {
 	}
 	for p, data := range s.Files {
 		clean := path.Clean(p)
-		if p == "" || path.IsAbs(p) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(p, 0) {
-			return Errorf(EInvalidRequest, "file path %q must be relative and stay inside the sandbox's working directory", p)
+		if p == "" || path.IsAbs(p) || clean != p || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(p, 0) {
+			return Errorf(EInvalidRequest, "file path %q must be clean, relative and inside the sandbox's working directory (e.g. \"static/index.html\")", p)
 		}
 		if len(data) > MaxAppFileBytes {
 			return Errorf(EInvalidRequest, "file %q is %d bytes; at most %d", p, len(data), MaxAppFileBytes)
@@ -119,6 +119,9 @@ type App struct {
 	// Retire lists sandboxes the app no longer uses that are still to be stopped (an old
 	// version after a deploy, the sandbox of a hibernated app).
 	Retire []string `json:"retire,omitempty"`
+	// RetireAt is when the retire list may be stopped: a switch to a new sandbox leaves the
+	// old one a grace for the requests already on their way to it (zero: at once).
+	RetireAt time.Time `json:"retire_at,omitzero"`
 	// Incarnation numbers the app's sandbox starts; with Version it makes the Idempotency-Key
 	// of the next start, so replicas reconciling the same app create one sandbox, not two.
 	Incarnation int `json:"incarnation"`
@@ -185,7 +188,7 @@ type AppStore interface {
 // InStore returns a as stores keep it: every time in UTC, to the millisecond (the precision
 // both stores hold), so an app reads back exactly as written.
 func (a App) InStore() App {
-	for _, t := range []*time.Time{&a.WaitingSince, &a.RetryAt, &a.LastActive, &a.CreatedAt, &a.UpdatedAt} {
+	for _, t := range []*time.Time{&a.WaitingSince, &a.RetryAt, &a.RetireAt, &a.LastActive, &a.CreatedAt, &a.UpdatedAt} {
 		if !t.IsZero() {
 			*t = t.UTC().Truncate(time.Millisecond)
 		}

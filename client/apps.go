@@ -63,3 +63,14 @@ func (c *Client) DeleteApp(ctx context.Context, name string) error {
 }
 
 func appPath(name string) string { return "/v1/apps/" + url.PathEscape(name) }
+
+// SetAppIdle sets the seconds without a request after which the app hibernates, 0 for never
+// (POST /v1/apps/{name}/idle, 202). It deploys nothing.
+func (c *Client) SetAppIdle(ctx context.Context, name string, seconds int64) (berth.App, error) {
+	r, err := jsonRequest(http.MethodPost, appPath(name)+"/idle", map[string]int64{"idle_seconds": seconds}, true)
+	if err != nil {
+		return berth.App{}, err
+	}
+	var a berth.App
+	return a, c.call(ctx, r, &a)
+}

@@ -65,8 +65,19 @@ func (s *Server) validateAppSpec(r *http.Request, spec berth.AppSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	_, err := s.validateCreate(r.Context(), berth.CreateRequest{Template: spec.Template, MemoryMiB: spec.MemoryMiB})
-	return err
+	t, err := s.validateCreate(r.Context(), berth.CreateRequest{Template: spec.Template, MemoryMiB: spec.MemoryMiB})
+	if err != nil {
+		return err
+	}
+	mem := cmp.Or(spec.MemoryMiB, t.MemoryMiB)
+	if err := s.sched.refreshIfStale(r.Context()); err != nil {
+		return berth.Errorf(berth.EUnavailable, "store: %v", err)
+	}
+	if largest, never := s.sched.neverFits(berth.Sandbox{MemoryMiB: mem}); never {
+		// Refused now, like a sandbox create, rather than accepted and then in error.
+		return berth.Errorf(berth.EInvalidRequest, "memory_mb %d can never be placed: it is more than the largest host's %d MiB", mem, largest)
+	}
+	return nil
 }
 
 // appFor returns the app if the principal may see it; other tenants' apps are app_not_found,
@@ -143,12 +154,31 @@ func (s *Server) setAppDesired(desired berth.AppDesired, verb string) apiFunc {
 		return s.changeApp(w, r, p, func(a *berth.App) {
 			a.Desired = desired
 			a.Reason = verb + " requested by tenant/" + p.Tenant
-			if desired == berth.DesireRunning && (a.SandboxID == "" || a.State == berth.AppError) {
+			switch {
+			case desired != berth.DesireRunning:
+			case a.State == berth.AppWaitingCapacity:
+				a.RetryAt = time.Time{} // try now; the wait since the first refusal goes on (MET-4)
+			case a.SandboxID == "" || a.State == berth.AppError:
 				resetStart(a)
 				a.State = berth.AppWaking
 			}
 		})
 	}
+}
+
+// setAppIdle is POST /v1/apps/{name}/idle {"idle_seconds"}: the idle time before the app
+// hibernates, 0 for never. It is not part of a version: changing it deploys nothing.
+func (s *Server) setAppIdle(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req struct {
+		IdleSeconds *int64 `json:"idle_seconds"`
+	}
+	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+		return err
+	}
+	if req.IdleSeconds == nil || *req.IdleSeconds < 0 || *req.IdleSeconds > maxIdleSeconds {
+		return berth.Errorf(berth.EInvalidRequest, "idle_seconds is required: 0 (never hibernate) to %d", maxIdleSeconds)
+	}
+	return s.changeApp(w, r, p, func(a *berth.App) { a.IdleSeconds = *req.IdleSeconds })
 }
 
 // changeApp applies fn to the tenant's app (re-reading on a concurrent write), answers 202

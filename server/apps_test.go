@@ -181,6 +181,8 @@ func TestAPP1_BadInput(t *testing.T) {
 		{"DELETE", "/v1/apps/nope", ``, 404, berth.EAppNotFound},
 		{"GET", "/apps/nope/", ``, 404, berth.EAppNotFound},
 		{"GET", "/apps/nope/a/%2e%2e/%2e%2e/exec", ``, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"files":{"a/./b//c":"x"}}`, 400, berth.EInvalidRequest},
+		{"POST", "/v1/apps/nope/idle", `{"idle_seconds":5}`, 404, berth.EAppNotFound},
 	}
 	for _, tc := range cases {
 		code, body := h.do(t, tc.method, tc.path, tc.body)
@@ -203,5 +205,50 @@ func TestAPP1_BadInput(t *testing.T) {
 	}
 	if a := h.app(t, "web"); a.Desired != berth.DesireStopped || a.State != berth.AppStopped {
 		t.Fatalf("stopped app after a request: %+v", a)
+	}
+	for _, body := range []string{`{}`, `{"idle_seconds":-1}`, `{"idle_seconds":99999999999}`} {
+		if code, out := h.do(t, "POST", "/v1/apps/web/idle", body); code != 400 || !strings.Contains(out, berth.EInvalidRequest) {
+			t.Errorf("idle %s: %d %s; want 400 invalid_request", body, code, out)
+		}
+	}
+	if code, out := h.do(t, "POST", "/v1/apps/web/idle", `{"idle_seconds":0}`); code != 202 || h.app(t, "web").IdleSeconds != 0 {
+		t.Fatalf("idle 0: %d %s", code, out)
+	}
+	// Memory no host can ever hold is refused at once, like a sandbox create (not an app
+	// in error later).
+	h.heartbeat(t, "a1", "http://127.0.0.1:1", 4096)
+	must(t, h.s.sched.refresh(context.Background())) // the heartbeat went straight to the store
+	if code, out := h.do(t, "POST", "/v1/apps", `{"name":"huge",`+ok+`,"memory_mb":999999}`); code != 400 || !strings.Contains(out, "can never be placed") {
+		t.Fatalf("app larger than any host: %d %s; want 400", code, out)
+	}
+}
+
+// TestAPP2_NeverListensIsError: a command that runs but never answers on its port within
+// AppStartTimeout is the app's own fault: after AppStartFailures starts the app is in error
+// with a one-line reason naming the port, and its sandboxes are stopped; before that the
+// reason says what failed even though the state did not change.
+func TestAPP2_NeverListensIsError(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) {
+		c.AppReconcileInterval, c.AppStartTimeout, c.AppBackoffBase, c.AppBackoffCap = 5*time.Millisecond, 100*time.Millisecond, time.Millisecond, 10*time.Millisecond
+	})
+	agent := newFakeAgent(t, "")
+	agent.appDown = true
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.s.Run(ctx)
+	if code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"deaf","template":"python","command":["sleep","1000"],"port":8080,"memory_mb":256}`); code != http.StatusCreated {
+		t.Fatalf("create app: %d %s", code, body)
+	}
+	waitUntil(t, "error", func() (bool, string) {
+		a := h.app(t, "deaf")
+		return a.State == berth.AppError, string(a.State) + " " + a.Reason
+	})
+	a := h.app(t, "deaf")
+	if a.StartFailures != 3 || !strings.Contains(a.Reason, "nothing answered on port 8080") || strings.Contains(a.Reason, "\n") || !a.RetryAt.IsZero() {
+		t.Fatalf("app: %d failures, reason %q, retry_at %v; want 3, the port named on one line, no retry time", a.StartFailures, a.Reason, a.RetryAt)
+	}
+	if n := agent.deletes.Load(); n != 3 {
+		t.Fatalf("%d sandboxes stopped; want the 3 that never served", n)
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/placement"
 )
 
 // The app reconciler (APP-2) drives every app's actual state toward its desired state
@@ -70,7 +72,7 @@ func (s *Server) kickApps() {
 
 // reconcileApp takes one step for a (read at the start of the round; every write re-reads).
 func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
-	if len(a.Retire) > 0 {
+	if len(a.Retire) > 0 && !s.cfg.Clock().Before(a.RetireAt) {
 		for _, id := range a.Retire {
 			s.retireSandbox(ctx, id, "app "+a.Name+" no longer uses it")
 		}
@@ -165,10 +167,26 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 		}
 		return
 	}
-	if a.State == berth.AppError || now.Before(a.RetryAt) {
+	if a.State == berth.AppError {
+		return
+	}
+	if now.Before(a.RetryAt) && !(a.State == berth.AppWaitingCapacity && s.roomFor(ctx, a)) {
 		return
 	}
 	s.startApp(ctx, a)
+}
+
+// roomFor reports whether this replica's snapshot shows a host that would take a's sandbox
+// now. Retry-After is the scheduler's estimate of when room frees; a waiting app does not
+// sit out the rest of it once a heartbeat shows room (a sandbox deleted, a host added): the
+// check costs no I/O beyond the snapshot's usual refresh.
+func (s *Server) roomFor(ctx context.Context, a berth.App) bool {
+	t, err := s.templates.get(ctx, a.Spec.Template)
+	if err != nil || s.sched.refreshIfStale(ctx) != nil {
+		return false
+	}
+	d, _, _ := s.sched.pick(placement.Request{MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB)}, nil)
+	return d.Index >= 0
 }
 
 // startApp places a sandbox for a's current version, sets it up (files, then the command),
@@ -225,7 +243,10 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 	}
 	if err != nil {
 		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" set-up failed: "+err.Error())
-		s.startFailed(ctx, a, berth.ErrorCode(err) == berth.EServiceExited, err)
+		// The command exiting, or running without ever answering on the port, is the app's
+		// own fault and repeats; anything else (agent unreachable, sandbox gone) is transient.
+		code := berth.ErrorCode(err)
+		s.startFailed(ctx, a, code == berth.EServiceExited || code == berth.EUpstream, err)
 		return
 	}
 	version := a.Version
@@ -238,7 +259,9 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 			return errSuperseded // another replica switched to it already
 		}
 		if a.SandboxID != "" {
+			// Stopped after a grace: requests already routed to it finish there (no gap).
 			a.Retire = append(a.Retire, a.SandboxID)
+			a.RetireAt = s.cfg.Clock().Add(s.cfg.AppDrainGrace)
 		}
 		waited = a.WaitingSince
 		a.SandboxID, a.AgentID, a.ServingVersion = placed.ID, placed.AgentID, version
@@ -255,11 +278,8 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 			// MET-4: from the first refusal to running.
 			s.metrics.firstRefusal.WithLabelValues("app").Observe(s.cfg.Clock().Sub(waited).Seconds())
 		}
-		s.log.Info("app serving", "app", a.Name, "version", version, "sandbox", placed.ID, "agent", placed.AgentID)
-		for _, id := range switched.Retire {
-			s.retireSandbox(ctx, id, fmt.Sprintf("app %s now serves version %d from %s", a.Name, version, placed.ID))
-		}
-		s.kickApps() // clear the retire list
+		s.log.Info("app serving", "app", a.Name, "version", version, "sandbox", placed.ID, "agent", placed.AgentID,
+			"retiring", switched.Retire, "retire_at", switched.RetireAt)
 	case errors.Is(err, errSuperseded):
 		cur, rerr := s.store.App(ctx, a.Name)
 		if rerr == nil && cur.SandboxID == placed.ID {
@@ -340,7 +360,8 @@ func (s *Server) waitCapacity(ctx context.Context, a berth.App, e *berth.Error) 
 		a.RetryCode = e.Code
 		a.RetryAt = now.Add(e.RetryAfter + rand.N(window))
 		a.State = berth.AppWaitingCapacity
-		a.Reason = fmt.Sprintf("%s: %s (attempt %d; next try in %s)", e.Code, e.Message, a.Attempts, a.RetryAt.Sub(now).Round(time.Millisecond))
+		a.Reason = fmt.Sprintf("%s: %s (attempt %d; next try by %s, sooner if a host shows room)",
+			e.Code, e.Message, a.Attempts, a.RetryAt.UTC().Format(time.RFC3339))
 		return nil
 	})
 }
@@ -355,23 +376,25 @@ func (s *Server) startFailed(ctx context.Context, a berth.App, exited bool, caus
 		}
 		a.Incarnation++
 		now := s.cfg.Clock()
+		why := oneLine(berth.ErrorMessage(cause))
 		if !exited {
 			// Transient (agent unreachable, sandbox gone mid-setup): back off and retry.
 			a.RetryAt = now.Add(rand.N(berth.Backoff(a.Attempts, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)))
 			a.Attempts++
+			a.Reason = fmt.Sprintf("start of version %d failed (%s); retrying", a.Version, why)
 			return nil
 		}
 		a.StartFailures++
 		if a.StartFailures >= s.cfg.AppStartFailures {
-			a.State = berth.AppError
-			a.Reason = fmt.Sprintf("the command of version %d exits before it serves, on %d starts in a row: %s",
-				a.Version, a.StartFailures, berth.ErrorMessage(cause))
+			a.State, a.RetryAt = berth.AppError, time.Time{}
+			a.Reason = fmt.Sprintf("version %d never served, on %d starts in a row: %s", a.Version, a.StartFailures, why)
 			if a.SandboxID != "" {
 				a.Reason += fmt.Sprintf(" (version %d still serves)", a.ServingVersion)
 			}
 			return nil
 		}
 		a.RetryAt = now.Add(rand.N(berth.Backoff(a.StartFailures, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)))
+		a.Reason = fmt.Sprintf("start %d of version %d never served (%s); retrying", a.StartFailures, a.Version, why)
 		return nil
 	})
 }
@@ -383,9 +406,15 @@ func (s *Server) failApp(ctx context.Context, a berth.App, reason string) {
 		if a.Version != version {
 			return errSuperseded
 		}
-		a.State, a.Reason = berth.AppError, reason
+		a.State, a.Reason, a.RetryAt = berth.AppError, oneLine(reason), time.Time{}
 		return nil
 	})
+}
+
+// oneLine folds a multi-line message (a command's output tail) into one line for a reason,
+// so tables of apps and events stay one row each.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ⏎ ")), " ")
 }
 
 // settle applies fn and stops the sandboxes it retired.
@@ -400,11 +429,12 @@ func (s *Server) settle(ctx context.Context, name string, fn func(a *berth.App) 
 	s.kickApps()
 }
 
-// unserve moves a's serving sandbox to its retire list.
+// unserve moves a's serving sandbox to its retire list, to be stopped at once.
 func (s *Server) unserve(a *berth.App) {
 	if a.SandboxID != "" {
 		a.Retire = append(a.Retire, a.SandboxID)
 	}
+	a.RetireAt = time.Time{}
 	a.SandboxID, a.AgentID, a.ServingVersion = "", "", 0
 }
 

@@ -59,6 +59,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/apps/{name}", tenant(s.getApp))
 	mux.HandleFunc("DELETE /v1/apps/{name}", tenant(s.deleteApp))
 	mux.HandleFunc("POST /v1/apps/{name}/deploy", tenant(s.deployApp))
+	mux.HandleFunc("POST /v1/apps/{name}/idle", tenant(s.setAppIdle))
 	mux.HandleFunc("POST /v1/apps/{name}/hibernate", tenant(s.setAppDesired(berth.DesireHibernated, "hibernate")))
 	mux.HandleFunc("POST /v1/apps/{name}/wake", tenant(s.setAppDesired(berth.DesireRunning, "wake")))
 	mux.HandleFunc("POST /v1/apps/{name}/start", tenant(s.setAppDesired(berth.DesireRunning, "start")))

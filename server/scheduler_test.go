@@ -24,6 +24,7 @@ type fakeAgent struct {
 	srv     *httptest.Server
 	refuse  string        // error code to refuse creates with; "" accepts
 	delay   time.Duration // how long a create takes to answer
+	appDown bool          // the app behind /port/ never answers (app_unreachable)
 	creates atomic.Int64
 	deletes atomic.Int64
 }
@@ -59,6 +60,9 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/files"),
 			r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/service"):
 			w.WriteHeader(http.StatusNoContent) // an app's set-up (APP-1)
+		case strings.Contains(r.URL.Path, "/port/") && f.appDown:
+			w.WriteHeader(http.StatusBadGateway)
+			_ = json.NewEncoder(w).Encode(berth.ErrorBody{Error: berth.ErrorDetail{Code: berth.EUpstream, Message: "connect: connection refused"}})
 		case strings.Contains(r.URL.Path, "/port/"):
 			_, _ = io.WriteString(w, "app answer") // the app behind its port
 		default:

@@ -80,8 +80,11 @@ type Config struct {
 	AppWakeTimeout       time.Duration
 	AppBackoffBase       time.Duration
 	AppBackoffCap        time.Duration
-	AppsDomain           string
-	Logger               *slog.Logger
+	// AppDrainGrace is how long the sandbox an app switched away from (a deploy, a
+	// reconstruction) keeps running for the requests already routed to it (default 5 s).
+	AppDrainGrace time.Duration
+	AppsDomain    string
+	Logger        *slog.Logger
 	// Clock is the time source; tests may replace it.
 	Clock func() time.Time
 	// Registry receives the server's metrics; nil creates a private registry.
@@ -114,6 +117,7 @@ func DefaultConfig() Config {
 		AppWakeTimeout:       30 * time.Second,
 		AppBackoffBase:       berth.BackoffBase,
 		AppBackoffCap:        berth.BackoffCap,
+		AppDrainGrace:        5 * time.Second,
 	}
 }
 
@@ -204,6 +208,7 @@ func New(cfg Config, st berth.Store) *Server {
 	cfg.AppWakeTimeout = cmp.Or(max(cfg.AppWakeTimeout, 0), def.AppWakeTimeout)
 	cfg.AppBackoffBase = cmp.Or(max(cfg.AppBackoffBase, 0), def.AppBackoffBase)
 	cfg.AppBackoffCap = cmp.Or(max(cfg.AppBackoffCap, 0), def.AppBackoffCap)
+	cfg.AppDrainGrace = cmp.Or(max(cfg.AppDrainGrace, 0), def.AppDrainGrace)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -21,10 +22,16 @@ type specFlags struct {
 	env      []string // NAME=VALUE
 }
 
-func (f *specFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.template, "template", "", "sandbox template (see `berth templates`)")
-	cmd.Flags().Int64Var(&f.memory, "memory-mb", 0, "memory, MiB (default: the template's)")
-	cmd.Flags().IntVar(&f.port, "port", 0, "TCP port the app listens on inside its sandbox")
+// register adds the flags; on create, --template and --port are required, on deploy every
+// flag left out keeps the current version's value.
+func (f *specFlags) register(cmd *cobra.Command, create bool) {
+	memory := "memory, MiB (default: the template's)"
+	if !create {
+		memory = "memory, MiB (default: the current version's)"
+	}
+	cmd.Flags().StringVar(&f.template, "template", "", "sandbox template, as listed by: berth templates")
+	cmd.Flags().Int64Var(&f.memory, "memory-mb", 0, memory)
+	cmd.Flags().IntVar(&f.port, "port", 0, "TCP port the app listens on inside its sandbox (127.0.0.1 is enough)")
 	cmd.Flags().StringArrayVar(&f.files, "file", nil, "PATH=LOCALFILE: write LOCALFILE to PATH (relative to the app's working directory) before the command starts; repeatable (deploy: replaces that file, keeps the others)")
 	cmd.Flags().StringArrayVar(&f.env, "env", nil, "NAME=VALUE in the command's environment; repeatable (deploy: replaces that variable, keeps the others)")
 }
@@ -105,7 +112,9 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			return printJSON(cmd.OutOrStdout(), a)
 		},
 	}
-	sf.register(create)
+	sf.register(create, true)
+	_ = create.MarkFlagRequired("template")
+	_ = create.MarkFlagRequired("port")
 	create.Flags().Int64Var(&idle, "idle", 0, "hibernate after this many seconds without a request (0: never)")
 	create.Flags().StringVar(&desired, "desired", "running", "running, hibernated or stopped")
 
@@ -134,7 +143,26 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			return printJSON(cmd.OutOrStdout(), a)
 		},
 	}
-	df.register(deploy)
+	df.register(deploy, false)
+
+	idleCmd := &cobra.Command{
+		Use: "idle NAME SECONDS", Short: "Hibernate the app after SECONDS without a request (0: never); deploys nothing", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return berth.Errorf(berth.EInvalidRequest, "SECONDS %q is not a whole number", args[1])
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			a, err := c.SetAppIdle(cmd.Context(), args[0], n)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), a)
+		},
+	}
 
 	list := &cobra.Command{
 		Use: "list", Short: "List apps", Args: cobra.NoArgs,
@@ -180,10 +208,10 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			return c.DeleteApp(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(create, deploy, list, get, del)
+	cmd.AddCommand(create, deploy, idleCmd, list, get, del)
 	for _, v := range []struct{ verb, short string }{
 		{"hibernate", "Stop the app's sandbox; the next request wakes it"},
-		{"wake", "Start a hibernated app now"},
+		{"wake", "Start a hibernated app now (a stopped one too; a waiting one tries again now)"},
 		{"stop", "Stop the app; requests get app_stopped until `start`"},
 		{"start", "Start a stopped app (or one in error, after fixing it)"},
 	} {

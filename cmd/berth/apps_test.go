@@ -382,7 +382,7 @@ func TestAPP2_CommandThatExitsIsError(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := waitApp(t, c, "broken", berth.AppError, 90*time.Second)
-	if a.StartFailures != 3 || !strings.Contains(a.Reason, "boom: no such config") {
+	if a.StartFailures != 3 || !strings.Contains(a.Reason, "boom: no such config") || strings.Contains(a.Reason, "\n") {
 		t.Fatalf("app in error: %d failures, reason %q; want 3 and the command's output", a.StartFailures, a.Reason)
 	}
 	if code, _, _, ecode := getApp(t, st.URL, "broken", "/"); code != http.StatusBadGateway || ecode != berth.EAppError {
@@ -491,6 +491,12 @@ func TestCLI_Apps(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApp(t, c, "hi", berth.AppRunning, 60*time.Second)
+	if _, err := berthCLI(t, st, "", "apps", "idle", "hi", "300"); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := c.App(context.Background(), "hi"); err != nil || a.IdleSeconds != 300 || a.Version != 1 {
+		t.Fatalf("after apps idle: %+v, %v; want idle 300 and no new version", a, err)
+	}
 	if _, err := berthCLI(t, st, "", "apps", "deploy", "hi", "--env", "MSG=v2"); err != nil {
 		t.Fatal(err)
 	}
@@ -634,5 +640,46 @@ func TestBenchApp(t *testing.T) {
 	}
 	if _, err := berthCLI(t, st, "", "bench", "app", "b", "--requests", "0"); berth.ErrorCode(err) != berth.EInvalidRequest {
 		t.Fatalf("--requests 0: %v; want invalid_request", err)
+	}
+}
+
+// TestAPP2_RoomFreedByDeleteStartsWaitingApp: the fleet is full of sandboxes that live an
+// hour, so Retry-After says a minute; when one is deleted, the waiting app starts as soon as a
+// heartbeat shows the room, long before its next scheduled try (a found field case).
+func TestAPP2_RoomFreedByDeleteStartsWaitingApp(t *testing.T) {
+	st := bootDev(t, committedDev)
+	c := adminClient(st, client.WithDeadline(5*time.Second))
+	ctx := context.Background()
+	if _, err := c.CreateApp(ctx, berth.AppRequest{Name: "patient", AppSpec: appSpec("ok", 256), Desired: berth.DesireHibernated}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 4 {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell", MemoryMiB: 256, TTLSeconds: 3600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if code, ra, _, ecode := getApp(t, st.URL, "patient", "/"); code != http.StatusServiceUnavailable || ecode != berth.ENoCapacity {
+		t.Fatalf("request on a full fleet: %d %s (Retry-After %s)", code, ecode, ra)
+	}
+	waiting, err := c.App(ctx, "patient")
+	if err != nil || waiting.State != berth.AppWaitingCapacity || time.Until(waiting.RetryAt) < 30*time.Second {
+		t.Fatalf("waiting app: %+v, %v; want waiting_capacity with its next try ≥ 30 s away", waiting, err)
+	}
+	if err := c.DeleteSandbox(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	a := waitApp(t, c, "patient", berth.AppRunning, 25*time.Second)
+	story, err := c.Events(ctx, "app/patient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := story[len(story)-1]; last.To != string(berth.AppRunning) || !last.At.Before(waiting.RetryAt) {
+		t.Fatalf("running at %v; want before the scheduled retry at %v", last.At, waiting.RetryAt)
+	}
+	if code, _, body, _ := getApp(t, st.URL, "patient", "/"); code != http.StatusOK || body != "ok /" {
+		t.Fatalf("after the delete: %d %q (app %+v)", code, body, a)
 	}
 }
