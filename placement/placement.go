@@ -92,6 +92,13 @@ type Request struct {
 type Options struct {
 	StaleAfterNano int64
 	Strategy       string
+	// Reserve is the working-set reserve (ADM-4) of the agents in the snapshot: Pick charges a
+	// stateless create on a working-set host Reserve.Charge. The zero value is ADM-4's
+	// default, the reserve every real agent runs (they have no knob); only the simulator sets
+	// another (SIM-1). It is fleet-wide rather than a Host field so the hosts the loop streams
+	// through stay 112 bytes: a 16-byte Host field (128 bytes) slowed the bytes-bound
+	// linear-scan floor by 7–33 % (docs/PERFORMANCE.md).
+	Reserve admission.ReservePolicy
 }
 
 // Decision is Pick's answer: the chosen host (Index −1 when none), the charge it was
@@ -148,6 +155,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 	// region, pool and saturated filters on every host.
 	slow := b2i(req.Region != "" || req.Pool != "" || needStatefulPool || len(req.Exclude) > 0)
 	chargeFull := max(req.MemoryMiB, 0) // the largest charge any mode makes (ADM-4)
+	reserve := opt.Reserve
 
 	best := math.Inf(-1) // until the first fit; −∞ lets the bound below skip nothing
 	ties := uint64(0)
@@ -203,7 +211,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 				continue
 			}
 		}
-		charge := admission.Charge(h.Mode, req.MemoryMiB, req.Stateful)
+		charge := reserve.Charge(h.Mode, req.MemoryMiB, req.Stateful) // ADM-4 with the fleet's reserve
 		if !admission.Fits(h.AdmittableMiB, h.PendingMiB, charge) {
 			d.Rejected[ReasonInsufficientMemory]++
 			continue

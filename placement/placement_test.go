@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -322,5 +323,60 @@ func TestPLC10_ReasonNames(t *testing.T) {
 	}
 	if len(want) != int(numReasons)+2 {
 		t.Errorf("a reason was added without a pinned name: numReasons = %d", numReasons)
+	}
+}
+
+// TestADM4_PickChargesTheReservePolicy: Pick charges a stateless create on a working-set host
+// the reserve policy of its options (ADM-4, SIM-1's knobs); the zero policy charges ADM-4's
+// default, and a policy changes neither committed, none nor stateful charges.
+func TestADM4_PickChargesTheReservePolicy(t *testing.T) {
+	ws := mode(berth.AdmissionWorkingSet)
+	small := admission.ReservePolicy{Fraction: 0.1, FloorMiB: 256}
+	large := admission.ReservePolicy{Fraction: 0.5, FloorMiB: 1024}
+	for _, tc := range []struct {
+		name     string
+		h        Host
+		p        admission.ReservePolicy
+		req      Request
+		charge   int64
+		rejected bool
+	}{
+		{name: "default", h: host("a", ws), req: Request{MemoryMiB: 4096}, charge: 1024},
+		{name: "default spelled out", h: host("a", ws), p: admission.DefaultReservePolicy(), req: Request{MemoryMiB: 4096}, charge: 1024},
+		{name: "0.1/256", h: host("a", ws), p: small, req: Request{MemoryMiB: 4096}, charge: 410},
+		{name: "0.1/256 floor", h: host("a", ws), p: small, req: Request{MemoryMiB: 1024}, charge: 256},
+		{name: "0.5/1024", h: host("a", ws), p: large, req: Request{MemoryMiB: 4096}, charge: 2048},
+		{name: "stateful is full", h: host("a", ws), p: small, req: Request{MemoryMiB: 4096, Stateful: true}, charge: 4096},
+		{name: "committed is full", h: host("a"), p: small, req: Request{MemoryMiB: 4096}, charge: 4096},
+		{name: "none is free", h: host("a", mode(berth.AdmissionNone)), p: large, req: Request{MemoryMiB: 4096}, charge: 0},
+		// 1 GiB left: the default reserve of 4 GiB (1024) fits, 0.5/1024's 2048 does not.
+		{name: "default fits 1 GiB", h: host("a", ws, admittable(1024)), req: Request{MemoryMiB: 4096}, charge: 1024},
+		{name: "0.5/1024 does not fit 1 GiB", h: host("a", ws, admittable(1024)), p: large, req: Request{MemoryMiB: 4096}, rejected: true},
+		{name: "0.1/256 fits 500 MiB", h: host("a", ws, admittable(500)), p: small, req: Request{MemoryMiB: 4096}, charge: 410},
+		{name: "default does not fit 500 MiB", h: host("a", ws, admittable(500)), req: Request{MemoryMiB: 4096}, rejected: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Pick([]Host{tc.h}, tc.req, now, Options{Reserve: tc.p}, 1)
+			if tc.rejected {
+				if d.Index != -1 || d.Rejected[ReasonInsufficientMemory] != 1 {
+					t.Fatalf("want insufficient_memory, got %+v", d)
+				}
+				return
+			}
+			if d.Index != 0 || d.ChargeMiB != tc.charge {
+				t.Fatalf("Index %d, charge %d; want 0, %d", d.Index, d.ChargeMiB, tc.charge)
+			}
+		})
+	}
+	// Pack over a mixed fleet: the policy changes which host is fullest-that-fits. With 1.5 GiB
+	// and 3 GiB free, the default (1 GiB) packs onto the 1.5 GiB host; 0.5/1024 (2 GiB) only
+	// fits the 3 GiB host.
+	hosts := []Host{host("x", ws, admittable(1536)), host("y", ws, admittable(3072))}
+	if d := Pick(hosts, Request{MemoryMiB: 4096}, now, Options{Strategy: Pack}, 3); d.Index != 0 || d.ChargeMiB != 1024 {
+		t.Fatalf("default: %+v", d)
+	}
+	if d := Pick(hosts, Request{MemoryMiB: 4096}, now, Options{Strategy: Pack, Reserve: large}, 3); d.Index != 1 || d.ChargeMiB != 2048 ||
+		d.Rejected[ReasonInsufficientMemory] != 1 {
+		t.Fatalf("0.5/1024: %+v", d)
 	}
 }

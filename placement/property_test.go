@@ -53,7 +53,7 @@ var hostGen = rapid.Custom(func(t *rapid.T) Host {
 // reference is the reason the SPEC gives for rejecting h (PLC-1, POOL-2/3, PLC-7, ADM-7),
 // written independently of Pick; ok is true (and r is numReasons) when h is a feasible
 // candidate.
-func reference(hosts []Host, i int, req Request, cutoff int64) (r Reason, ok bool) {
+func reference(hosts []Host, i int, req Request, cutoff int64, reserve admission.ReservePolicy) (r Reason, ok bool) {
 	h := hosts[i]
 	pool := h.Pool
 	if pool == "" {
@@ -61,7 +61,7 @@ func reference(hosts []Host, i int, req Request, cutoff int64) (r Reason, ok boo
 	}
 	pending := big.NewInt(max(h.PendingMiB, 0))
 	free := new(big.Int).Sub(big.NewInt(h.AdmittableMiB), pending)
-	charge := big.NewInt(admission.Charge(h.Mode, req.MemoryMiB, req.Stateful))
+	charge := big.NewInt(reserve.Charge(h.Mode, req.MemoryMiB, req.Stateful))
 	switch {
 	case h.LastSeenNano < cutoff:
 		return ReasonStale, false
@@ -120,6 +120,10 @@ func optionsGen() *rapid.Generator[Options] {
 		return Options{
 			StaleAfterNano: rapid.SampledFrom([]int64{0, int64(10 * time.Second), int64(10 * time.Minute)}).Draw(t, "staleAfter"),
 			Strategy:       rapid.SampledFrom([]string{"", Spread, Pack}).Draw(t, "strategy"),
+			// Mostly ADM-4's default reserve, as on every real agent; sometimes the simulator's
+			// knobs (SIM-1), invalid ones included (they charge the full size).
+			Reserve: rapid.SampledFrom([]admission.ReservePolicy{{}, {}, {}, {Fraction: 0.1, FloorMiB: 256},
+				{Fraction: 0.5, FloorMiB: 1024}, {Fraction: 1}, {Fraction: 0.1}, {FloorMiB: 64}}).Draw(t, "reserve"),
 		}
 	})
 }
@@ -136,7 +140,7 @@ func pickReference(hosts []Host, req Request, nowNano int64, opt Options, seed u
 	var best float64
 	ties, rng := uint64(0), seed
 	for i, h := range hosts {
-		r, ok := reference(hosts, i, req, nowNano-staleAfter)
+		r, ok := reference(hosts, i, req, nowNano-staleAfter, opt.Reserve)
 		if r != ReasonStale {
 			d.Live++
 		}
@@ -144,7 +148,7 @@ func pickReference(hosts []Host, req Request, nowNano int64, opt Options, seed u
 			d.Rejected[r]++
 			continue
 		}
-		charge := admission.Charge(h.Mode, req.MemoryMiB, req.Stateful)
+		charge := opt.Reserve.Charge(h.Mode, req.MemoryMiB, req.Stateful)
 		left := h.AdmittableMiB - max(h.PendingMiB, 0) - charge // ≥ 0: it fits
 		var score float64
 		if opt.Strategy == Pack {
@@ -187,7 +191,7 @@ func TestPick_MatchesReference(t *testing.T) {
 }
 
 // TestPLC10_PickNeverChoosesARejectedHost: over random fleets and requests, the chosen host
-// passes every filter, its charge is the ADM-4 charge, every other host is counted under
+// passes every filter, its charge is the ADM-4 charge with the options' reserve policy, every other host is counted under
 // exactly the reason the SPEC gives, and a refusal accounts for all Total hosts.
 func TestPLC10_PickNeverChoosesARejectedHost(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -203,7 +207,7 @@ func TestPLC10_PickNeverChoosesARejectedHost(t *testing.T) {
 		var want [numReasons]int
 		live, feasible := 0, 0
 		for i := range hosts {
-			r, ok := reference(hosts, i, req, now-staleAfter)
+			r, ok := reference(hosts, i, req, now-staleAfter, opt.Reserve)
 			if r != ReasonStale {
 				live++
 			}
@@ -226,11 +230,11 @@ func TestPLC10_PickNeverChoosesARejectedHost(t *testing.T) {
 			}
 			return
 		}
-		if _, ok := reference(hosts, d.Index, req, now-staleAfter); !ok {
+		if _, ok := reference(hosts, d.Index, req, now-staleAfter, opt.Reserve); !ok {
 			t.Fatalf("chose host %d (%+v) which fails a filter", d.Index, hosts[d.Index])
 		}
-		if c := admission.Charge(hosts[d.Index].Mode, req.MemoryMiB, req.Stateful); d.ChargeMiB != c {
-			t.Fatalf("ChargeMiB = %d, want admission.Charge = %d", d.ChargeMiB, c)
+		if c := opt.Reserve.Charge(hosts[d.Index].Mode, req.MemoryMiB, req.Stateful); d.ChargeMiB != c {
+			t.Fatalf("ChargeMiB = %d, want the host's ADM-4 charge = %d", d.ChargeMiB, c)
 		}
 		if sum != d.Total-feasible {
 			t.Fatalf("rejected sum %d, want total %d − feasible %d", sum, d.Total, feasible)

@@ -84,6 +84,11 @@ type Policy struct {
 	// TrustScheduler turns the agent's local gate (AGT-2) off, so what the ledger admits is
 	// what starts: it shows what a ledger alone would let through.
 	TrustScheduler bool
+	// Reserve is the working-set reserve's fraction and floor (ADM-4) on every host: what the
+	// agents' Admittable and local gate (admission.Host.Reserve) and the scheduler's Pick
+	// (placement.Options.Reserve) charge an unmeasured stateless guest. The zero value is
+	// ADM-4's default (¼, 512 MiB), as on real agents.
+	Reserve admission.ReservePolicy
 }
 
 func (s Scenario) withDefaults() Scenario {
@@ -355,7 +360,8 @@ func (e *engine) arrive(c int32) {
 }
 
 // agentAdmittable is the agent's verdict for host i now (ADM-6): the one formula over its
-// books, with every guest a measurement has seen marked measured (ADM-5).
+// books, with every guest a measurement has seen marked measured (ADM-5), and the policy's
+// reserve for the others (ADM-4).
 func (e *engine) agentAdmittable(i int) int64 {
 	h := &e.hosts[i]
 	seen := e.now - int64(e.s.MeasureAfter)
@@ -365,5 +371,5 @@ func (e *engine) agentAdmittable(i int) int64 {
 		}
 	}
 	return admission.Admittable(admission.Host{Mode: e.p.Mode, TotalMiB: e.s.HostMiB, HeadroomMiB: e.s.HeadroomMiB,
-		IntakeOpen: h.alive && !h.draining && !h.gate.Closed(), Guests: h.books})
+		IntakeOpen: h.alive && !h.draining && !h.gate.Closed(), Guests: h.books, Reserve: e.p.Reserve})
 }

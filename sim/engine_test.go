@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -298,8 +299,27 @@ func TestSIM1_ParsePolicy(t *testing.T) {
 		{spec: "working-set:pack:per-replica:nogate:trust", want: Policy{Name: "working-set:pack:per-replica:nogate:trust",
 			Mode: "working-set", Strategy: "pack", PerReplicaLedger: true, TrustScheduler: true}},
 		{spec: "none:gate:shared", want: Policy{Name: "none:gate:shared", Mode: "none", Strategy: "spread", Gate: true}},
+		{spec: "working-set:reserve=0.1:floor=256:pack", want: Policy{Name: "working-set:reserve=0.1:floor=256:pack", Mode: "working-set",
+			Strategy: "pack", Gate: true, Reserve: admission.ReservePolicy{Fraction: 0.1, FloorMiB: 256}}},
+		{spec: "working-set:reserve=0.5", want: Policy{Name: "working-set:reserve=0.5", Mode: "working-set", Strategy: "spread", Gate: true,
+			Reserve: admission.ReservePolicy{Fraction: 0.5, FloorMiB: 512}}}, // the floor keeps its default
+		{spec: "working-set:floor=0", want: Policy{Name: "working-set:floor=0", Mode: "working-set", Strategy: "spread", Gate: true,
+			Reserve: admission.ReservePolicy{Fraction: 0.25}}}, // a quarter, no floor
+		{spec: "working-set:reserve=1", want: Policy{Name: "working-set:reserve=1", Mode: "working-set", Strategy: "spread", Gate: true,
+			Reserve: admission.ReservePolicy{Fraction: 1, FloorMiB: 512}}},
 		{spec: "lucky", err: true},
 		{spec: "committed:fast", err: true},
+		{spec: "committed:reserve=0.1", err: true}, // the reserve is working-set's alone
+		{spec: "none:floor=256", err: true},
+		{spec: "working-set:reserve=0", err: true},
+		{spec: "working-set:reserve=0:floor=0", err: true},
+		{spec: "working-set:reserve=1.5", err: true},
+		{spec: "working-set:reserve=-0.1", err: true},
+		{spec: "working-set:reserve=NaN", err: true},
+		{spec: "working-set:reserve=abc", err: true},
+		{spec: "working-set:floor=-1", err: true},
+		{spec: "working-set:floor=0.5", err: true},
+		{spec: "working-set:reserve", err: true},
 	} {
 		got, err := ParsePolicy(tc.spec)
 		if tc.err {
@@ -369,5 +389,42 @@ func TestSIM1_EventOrder(t *testing.T) {
 			t.Fatalf("%+v after %+v", e, prev)
 		}
 		prev = e
+	}
+}
+
+// TestSIM1_ReserveKnobs: the working-set reserve's fraction and floor are knobs of a policy
+// (ADM-4, SIM-1). On the idle workload arriving faster than heartbeats net reservations out,
+// a smaller reserve admits more creates and a larger one fewer; ADM-4's knobs spelled out
+// give the default run byte for byte; the knobs reach the policy's name in the table and CSV.
+func TestSIM1_ReserveKnobs(t *testing.T) {
+	s := Scenario{Hosts: 10, HostMiB: 32 << 10, HeadroomMiB: 4 << 10, Replicas: 4, Seed: 1}
+	w := func() Workload {
+		return NewIdle(IdleModel{Creates: 5000, RatePerSec: 50, MemoryMiB: 4 << 10, TouchMiB: 300, Seed: 1})
+	}
+	ps, err := ParsePolicies("working-set,working-set:reserve=0.1:floor=256,working-set:reserve=0.5:floor=1024,working-set:reserve=0.25:floor=512")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Compare(s, ps, w)
+	out := render(t, r)
+	t.Logf("\n%s", out)
+	def, small, large, spelled := r[0], r[1], r[2], r[3]
+	if !(small.Admitted > def.Admitted && def.Admitted > large.Admitted) {
+		t.Fatalf("admitted: 0.1/256 %d, default %d, 0.5/1024 %d: want a smaller reserve to admit more",
+			small.Admitted, def.Admitted, large.Admitted)
+	}
+	for _, x := range r {
+		if x.OOMKills != 0 || x.Evictions != 0 {
+			t.Fatalf("%s: idle guests touching 300 MiB lost the bet: %d OOM kills, %d evictions", x.Policy, x.OOMKills, x.Evictions)
+		}
+	}
+	spelled.Policy = def.Policy
+	if a, b := render(t, []Report{def}), render(t, []Report{spelled}); !bytes.Equal(a, b) {
+		t.Fatalf("ADM-4's knobs spelled out differ from the default:\n%s\nvs\n%s", a, b)
+	}
+	for _, name := range []string{"working-set:reserve=0.1:floor=256", "working-set:reserve=0.5:floor=1024"} {
+		if !bytes.Contains(out, []byte("\n"+name+" ")) || !bytes.Contains(out, []byte("\n"+name+",")) {
+			t.Fatalf("the table or the CSV lacks %q", name)
+		}
 	}
 }

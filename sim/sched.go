@@ -27,7 +27,7 @@ func (e *engine) attempt(c int32) {
 		e.refresh(r)
 	}
 	req := placement.Request{MemoryMiB: cr.a.MemoryMiB, Stateful: cr.a.Stateful}
-	opt := placement.Options{StaleAfterNano: int64(e.s.StaleAfter), Strategy: e.p.Strategy}
+	opt := placement.Options{StaleAfterNano: int64(e.s.StaleAfter), Strategy: e.p.Strategy, Reserve: e.p.Reserve}
 	reread, hops, races := false, 0, 0
 	for {
 		rep.seed++
@@ -85,7 +85,7 @@ func (e *engine) attempt(c int32) {
 			no, e.r.Unreachable = "unreachable", e.r.Unreachable+1
 		case hs.draining:
 			no = "draining" // counted above
-		case !e.p.TrustScheduler && !admission.Fits(e.agentAdmittable(h), 0, admission.Charge(e.p.Mode, cr.a.MemoryMiB, cr.a.Stateful)):
+		case !e.p.TrustScheduler && !admission.Fits(e.agentAdmittable(h), 0, e.p.Reserve.Charge(e.p.Mode, cr.a.MemoryMiB, cr.a.Stateful)):
 			no, e.r.AgentRefusals = "full", e.r.AgentRefusals+1
 		}
 		if no != "" {

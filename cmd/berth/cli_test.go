@@ -152,7 +152,12 @@ func TestSIM1_BerthSim(t *testing.T) {
 	if !strings.Contains(busy, "working-set:pack:nogate") || !strings.Contains(busy, "HOST_LOSS") {
 		t.Fatalf("busy fleet:\n%s", busy)
 	}
-	for _, bad := range [][]string{{"--policies", "lucky"}, {"--spike-prob", "2"}, {"--workload", "nope"}, {"--hosts", "0"}} {
+	knobs := run("--policies", "working-set,working-set:reserve=0.1:floor=256")
+	if !regexp.MustCompile(`(?m)^working-set:reserve=0\.1:floor=256\s+\d+/200\s`).MatchString(knobs) {
+		t.Fatalf("reserve knobs (ADM-4) do not name their policy:\n%s", knobs)
+	}
+	for _, bad := range [][]string{{"--policies", "lucky"}, {"--spike-prob", "2"}, {"--workload", "nope"}, {"--hosts", "0"},
+		{"--policies", "working-set:reserve=2"}, {"--policies", "committed:floor=256"}} {
 		var o, e bytes.Buffer
 		if err := Main(context.Background(), append([]string{"sim"}, bad...), strings.NewReader(""), &o, &e); exitCode(err) != 2 {
 			t.Fatalf("%v: %v (exit %d), want an invalid request", bad, err, exitCode(err))

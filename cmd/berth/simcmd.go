@@ -60,8 +60,13 @@ alibaba (the pod list and memory-utilisation series in --trace-dir).
 
 Policies (--policies, comma-separated): an admission mode (committed, working-set, none) with
 options :spread|:pack (placement), :shared|:per-replica (ledger), :gate|:nogate (pressure gate
-and ADM-9 eviction, on by default), :trust (agents' local gate off).
+and ADM-9 eviction, on by default), :trust (agents' local gate off), and for working-set the
+reserve's knobs (ADM-4) :reserve=F (share of the configured size charged until a measurement,
+in (0, 1], default 0.25) and :floor=MiB (≥ 0, default 512): an unmeasured stateless guest is
+charged min(configured, max(ceil(configured × F), floor)). The spec is the policy's name in
+the summary and the CSV.
 Example: --policies committed,working-set,working-set:pack,working-set:per-replica,working-set:nogate
+Example: --policies working-set,working-set:reserve=0.1:floor=256,working-set:reserve=0.5:floor=1024
 
 Output: a summary per policy (sandboxes per host, refusals by code and host reason, kernel OOM
 kills, evictions, p50/p99 seconds from first refusal to success, evacuation saved %), the
