@@ -156,6 +156,10 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 	slow := b2i(req.Region != "" || req.Pool != "" || needStatefulPool || len(req.Exclude) > 0)
 	chargeFull := max(req.MemoryMiB, 0) // the largest charge any mode makes (ADM-4)
 	reserve := opt.Reserve
+	// A host's charge depends only on its mode: ask admission once per mode, not per host.
+	chargeWS := reserve.Charge(berth.AdmissionWorkingSet, req.MemoryMiB, req.Stateful)
+	chargeNone := reserve.Charge(berth.AdmissionNone, req.MemoryMiB, req.Stateful)
+	chargeOther := reserve.Charge(berth.AdmissionCommitted, req.MemoryMiB, req.Stateful) // committed and unknown modes
 
 	best := math.Inf(-1) // until the first fit; −∞ lets the bound below skip nothing
 	ties := uint64(0)
@@ -211,7 +215,13 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 				continue
 			}
 		}
-		charge := reserve.Charge(h.Mode, req.MemoryMiB, req.Stateful) // ADM-4 with the fleet's reserve
+		charge := chargeOther
+		switch h.Mode {
+		case berth.AdmissionWorkingSet:
+			charge = chargeWS
+		case berth.AdmissionNone:
+			charge = chargeNone
+		}
 		if !admission.Fits(h.AdmittableMiB, h.PendingMiB, charge) {
 			d.Rejected[ReasonInsufficientMemory]++
 			continue
