@@ -252,3 +252,31 @@ func TestAPP2_NeverListensIsError(t *testing.T) {
 		t.Fatalf("%d sandboxes stopped; want the 3 that never served", n)
 	}
 }
+
+// TestAPP1_DeleteDuringSetUpStopsTheSandbox: an app deleted while its start waits for the
+// command to answer does not keep that sandbox for the rest of the wait (AppStartTimeout is
+// an hour here): the start notices and stops it, saying why.
+func TestAPP1_DeleteDuringSetUpStopsTheSandbox(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) {
+		c.AppReconcileInterval, c.AppStartTimeout = 5*time.Millisecond, time.Hour
+	})
+	agent := newFakeAgent(t, "")
+	agent.appDown = true
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.s.Run(ctx)
+	if code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"gone","template":"python","command":["sleep","1000"],"port":8080,"memory_mb":256}`); code != http.StatusCreated {
+		t.Fatalf("create app: %d %s", code, body)
+	}
+	waitUntil(t, "the start's sandbox", func() (bool, string) { return agent.creates.Load() == 1, "" })
+	if code, body := h.do(t, http.MethodDelete, "/v1/apps/gone", ""); code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	waitUntil(t, "the sandbox stopped", func() (bool, string) { return agent.deletes.Load() == 1, "" })
+	sbs, err := h.st.Sandboxes(context.Background(), berth.SandboxFilter{})
+	must(t, err)
+	if len(sbs) != 1 || sbs[0].State != berth.SandboxStopped || !strings.Contains(sbs[0].Reason, "deleted or changed") {
+		t.Fatalf("sandboxes %+v; want the one start's sandbox stopped because the app went", sbs)
+	}
+}

@@ -239,7 +239,11 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 	}
 	addr, err := s.agentAddress(ctx, placed.AgentID)
 	if err == nil {
-		err = s.setUpApp(ctx, addr, placed.ID, a.Spec)
+		err = s.setUpApp(ctx, addr, placed.ID, a)
+	}
+	if errors.Is(err, errSuperseded) {
+		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" was deleted or changed while this start set up")
+		return
 	}
 	if err != nil {
 		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" set-up failed: "+err.Error())
@@ -314,7 +318,11 @@ func (s *Server) placeForApp(ctx context.Context, a berth.App, sb berth.Sandbox)
 // setUpApp writes the spec's files into the sandbox's working directory, starts its
 // command, and waits until something answers on its port (any HTTP answer), the command
 // exits (service_exited, with its output) or AppStartTimeout passes.
-func (s *Server) setUpApp(ctx context.Context, addr, id string, spec berth.AppSpec) error {
+//
+// Every second of the wait it re-reads the app: a start whose app was deleted, redeployed or
+// hibernated meanwhile gives up (errSuperseded) instead of holding its sandbox to the end.
+func (s *Server) setUpApp(ctx context.Context, addr, id string, a berth.App) error {
+	spec := a.Spec
 	for _, p := range slices.Sorted(maps.Keys(spec.Files)) {
 		if err := s.agents.writeFile(ctx, addr, id, "/tmp/"+p, []byte(spec.Files[p])); err != nil {
 			return fmt.Errorf("write %s: %w", p, err)
@@ -325,10 +333,16 @@ func (s *Server) setUpApp(ctx context.Context, addr, id string, spec berth.AppSp
 		return fmt.Errorf("start the command: %w", err)
 	}
 	deadline := time.Now().Add(s.cfg.AppStartTimeout)
-	for {
+	for polls := 0; ; {
 		err := s.agents.probe(ctx, addr, id, spec.Port)
 		if err == nil || berth.ErrorCode(err) == berth.EServiceExited {
 			return err
+		}
+		if polls++; polls%10 == 0 {
+			cur, err := s.store.App(ctx, a.Name)
+			if errors.Is(err, berth.ErrNotFound) || (err == nil && (cur.Version != a.Version || cur.Desired != berth.DesireRunning)) {
+				return errSuperseded
+			}
 		}
 		if time.Now().After(deadline) {
 			st, _ := s.agents.serviceStatus(ctx, addr, id)
