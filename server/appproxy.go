@@ -114,10 +114,14 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 				Message: "app " + name + " is " + string(a.State) + " and did not serve within " + s.cfg.AppWakeTimeout.String()})
 			return
 		}
+		// Taken only by a request that waits (never for an unknown name); a write between the
+		// read above and here is caught by the 100 ms poll.
+		changed := s.appWatch(name)
 		select {
 		case <-r.Context().Done():
 			return
-		case <-time.After(100 * time.Millisecond):
+		case <-changed: // this replica wrote the app (e.g. switched it to a new sandbox)
+		case <-time.After(100 * time.Millisecond): // another replica may have
 		}
 	}
 }

@@ -219,6 +219,7 @@ func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request, p principal) 
 		if err != nil {
 			return berth.Errorf(berth.EUnavailable, "delete app: %v", err)
 		}
+		s.appChanged(name) // requests held for it answer app_not_found now
 		for _, id := range append(a.Retire, a.SandboxID) {
 			if id != "" {
 				s.retireSandbox(r.Context(), id, "app "+name+" deleted")

@@ -352,9 +352,33 @@ func (s *Server) setUpApp(ctx context.Context, addr, id string, a berth.App) err
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(min(20*time.Millisecond<<min(polls, 3), 100*time.Millisecond)): // 20, 40, 80, then every 100 ms
 		}
 	}
+}
+
+// appChanged wakes the requests of this replica waiting on app name (see appWatch).
+func (s *Server) appChanged(name string) {
+	s.appWatchMu.Lock()
+	if ch, ok := s.appWatchers[name]; ok {
+		close(ch)
+		delete(s.appWatchers, name)
+	}
+	s.appWatchMu.Unlock()
+}
+
+// appWatch returns a channel closed at this replica's next write of app name, so a request
+// held while the app wakes answers as soon as this replica switches it (other replicas'
+// writes are seen by polling). Take it before reading the app, so no write slips between.
+func (s *Server) appWatch(name string) <-chan struct{} {
+	s.appWatchMu.Lock()
+	defer s.appWatchMu.Unlock()
+	ch, ok := s.appWatchers[name]
+	if !ok {
+		ch = make(chan struct{})
+		s.appWatchers[name] = ch
+	}
+	return ch
 }
 
 // waitCapacity records a refusal: waiting_capacity (an event the first time), the first
@@ -467,6 +491,9 @@ func (s *Server) mutateApp(ctx context.Context, name, actor string, fn func(a *b
 		updated, err := s.store.UpdateApp(ctx, a, a.Reason, actor, s.cfg.Clock())
 		if errors.Is(err, berth.ErrStaleRevision) {
 			continue
+		}
+		if err == nil {
+			s.appChanged(name)
 		}
 		return updated, err
 	}

@@ -143,6 +143,8 @@ type Server struct {
 	// appTransport carries app requests to agents, keeping connections to each agent warm
 	// (the default keeps 2 idle per host: every burst above that would reconnect).
 	appTransport *http.Transport
+	appWatchMu   sync.Mutex
+	appWatchers  map[string]chan struct{} // name → closed at this replica's next write of it
 }
 
 // New returns a server over st. Zero fields of cfg take their defaults.
@@ -228,16 +230,17 @@ func New(cfg Config, st berth.Store) *Server {
 	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
 	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
 	return &Server{
-		cfg:       cfg,
-		store:     st,
-		sched:     newScheduler(st, cfg, ac, m),
-		agents:    ac,
-		auth:      newAuthenticator(st, cfg.NodeToken),
-		templates: newTemplateCache(st, cfg.Clock),
-		quotas:    &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
-		metrics:   m,
-		log:       cfg.Logger,
-		appKick:   make(chan struct{}, 1),
+		cfg:         cfg,
+		store:       st,
+		sched:       newScheduler(st, cfg, ac, m),
+		agents:      ac,
+		auth:        newAuthenticator(st, cfg.NodeToken),
+		templates:   newTemplateCache(st, cfg.Clock),
+		quotas:      &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
+		metrics:     m,
+		log:         cfg.Logger,
+		appKick:     make(chan struct{}, 1),
+		appWatchers: map[string]chan struct{}{},
 		appTransport: &http.Transport{
 			Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 		},
