@@ -280,3 +280,43 @@ func TestAPP1_DeleteDuringSetUpStopsTheSandbox(t *testing.T) {
 		t.Fatalf("sandboxes %+v; want the one start's sandbox stopped because the app went", sbs)
 	}
 }
+
+// TestAPP2_TenantQuotaWaitsNotErrors: an app its tenant's quota holds back (ADM-11) waits in
+// waiting_capacity with the code tenant_over_quota — a retry fixes it once the tenant's other
+// sandboxes end — and runs when one does.
+func TestAPP2_TenantQuotaWaitsNotErrors(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) {
+		c.AppReconcileInterval, c.AppBackoffBase, c.AppBackoffCap = 5*time.Millisecond, time.Millisecond, 20*time.Millisecond
+	})
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 8192)
+	must(t, h.st.SetQuota(context.Background(), berth.Quota{Tenant: "acme", MaxSandboxes: 1}, "test", time.Now()))
+	code, sb, _ := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("first sandbox: %d", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.s.Run(ctx)
+	if code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"q","template":"python","command":["x"],"port":8080,"memory_mb":256}`); code != http.StatusCreated {
+		t.Fatalf("create app: %d %s", code, body)
+	}
+	waitUntil(t, "waiting for quota", func() (bool, string) {
+		a := h.app(t, "q")
+		return a.State == berth.AppWaitingCapacity && a.RetryCode == berth.ETenantOverQuota && a.Attempts >= 3, fmt.Sprint(a.State, a.RetryCode, a.Attempts)
+	})
+	if code, body := h.do(t, http.MethodDelete, "/v1/sandboxes/"+sb.ID, ""); code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	waitUntil(t, "running", func() (bool, string) {
+		a := h.app(t, "q")
+		return a.State == berth.AppRunning, string(a.State) + " " + a.Reason
+	})
+	evs, err := h.st.Events(context.Background(), berth.EventFilter{Entity: "app/q"})
+	must(t, err)
+	for _, e := range evs {
+		if e.To == string(berth.AppError) {
+			t.Fatalf("app events %+v: never error for a quota", evs)
+		}
+	}
+}

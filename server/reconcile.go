@@ -170,7 +170,10 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 	if a.State == berth.AppError {
 		return
 	}
-	if now.Before(a.RetryAt) && !(a.State == berth.AppWaitingCapacity && s.roomFor(ctx, a)) {
+	// Room on a host is no news to an app its tenant's quota holds back: that one keeps its
+	// backoff.
+	early := a.State == berth.AppWaitingCapacity && a.RetryCode != berth.ETenantOverQuota && s.roomFor(ctx, a)
+	if now.Before(a.RetryAt) && !early {
 		return
 	}
 	s.startApp(ctx, a)
