@@ -46,6 +46,23 @@ func (h *harness) app(t *testing.T, name string) berth.App {
 	return a
 }
 
+// running starts the server's loops (sweeper, app reconciler) until the test ends.
+func (h *harness) running(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go h.s.Run(ctx)
+}
+
+// createApp posts an app whose command is cmd (JSON array) on port 8080 and fails the test
+// unless it is created.
+func (h *harness) createApp(t *testing.T, name, cmd string) {
+	t.Helper()
+	body := `{"name":"` + name + `","template":"python","command":` + cmd + `,"port":8080,"memory_mb":256}`
+	if code, out := h.do(t, http.MethodPost, "/v1/apps", body); code != http.StatusCreated {
+		t.Fatalf("create app %s: %d %s", name, code, out)
+	}
+}
+
 func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -70,14 +87,8 @@ func TestAPP2_RefusalsNeverError(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) {
 		c.Clock, c.AppReconcileInterval = clk.Now, 5*time.Millisecond
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go h.s.Run(ctx)
-
-	code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"web","template":"python","command":["python3","-m","http.server","8080"],"port":8080,"memory_mb":256}`)
-	if code != http.StatusCreated {
-		t.Fatalf("create app: %d %s", code, body)
-	}
+	h.running(t)
+	h.createApp(t, "web", `["python3","-m","http.server","8080"]`)
 	waitUntil(t, "waiting_capacity", func() (bool, string) {
 		a := h.app(t, "web")
 		return a.State == berth.AppWaitingCapacity, string(a.State)
@@ -234,12 +245,8 @@ func TestAPP2_NeverListensIsError(t *testing.T) {
 	agent := newFakeAgent(t, "")
 	agent.appDown = true
 	h.heartbeat(t, "a1", agent.srv.URL, 4096)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go h.s.Run(ctx)
-	if code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"deaf","template":"python","command":["sleep","1000"],"port":8080,"memory_mb":256}`); code != http.StatusCreated {
-		t.Fatalf("create app: %d %s", code, body)
-	}
+	h.running(t)
+	h.createApp(t, "deaf", `["sleep","1000"]`)
 	waitUntil(t, "error", func() (bool, string) {
 		a := h.app(t, "deaf")
 		return a.State == berth.AppError, string(a.State) + " " + a.Reason
@@ -263,12 +270,8 @@ func TestAPP1_DeleteDuringSetUpStopsTheSandbox(t *testing.T) {
 	agent := newFakeAgent(t, "")
 	agent.appDown = true
 	h.heartbeat(t, "a1", agent.srv.URL, 4096)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go h.s.Run(ctx)
-	if code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"gone","template":"python","command":["sleep","1000"],"port":8080,"memory_mb":256}`); code != http.StatusCreated {
-		t.Fatalf("create app: %d %s", code, body)
-	}
+	h.running(t)
+	h.createApp(t, "gone", `["sleep","1000"]`)
 	waitUntil(t, "the start's sandbox", func() (bool, string) { return agent.creates.Load() == 1, "" })
 	if code, body := h.do(t, http.MethodDelete, "/v1/apps/gone", ""); code != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", code, body)
@@ -295,12 +298,8 @@ func TestAPP2_TenantQuotaWaitsNotErrors(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("first sandbox: %d", code)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go h.s.Run(ctx)
-	if code, body := h.do(t, http.MethodPost, "/v1/apps", `{"name":"q","template":"python","command":["x"],"port":8080,"memory_mb":256}`); code != http.StatusCreated {
-		t.Fatalf("create app: %d %s", code, body)
-	}
+	h.running(t)
+	h.createApp(t, "q", `["x"]`)
 	waitUntil(t, "waiting for quota", func() (bool, string) {
 		a := h.app(t, "q")
 		return a.State == berth.AppWaitingCapacity && a.RetryCode == berth.ETenantOverQuota && a.Attempts >= 3, fmt.Sprint(a.State, a.RetryCode, a.Attempts)

@@ -212,7 +212,7 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 		Metadata:       map[string]string{"app": a.Name, "app_version": strconv.Itoa(a.Version)},
 		IdempotencyKey: a.IdempotencyKey(),
 	}
-	placed, err := s.placeForApp(ctx, a, sb)
+	placed, _, err := s.createIdempotent(ctx, sb, berth.CreateRequest{}, s.appActor())
 	if err != nil {
 		code := berth.ErrorCode(err)
 		var e *berth.Error
@@ -296,26 +296,6 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 	default:
 		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" is gone or unreadable: "+err.Error())
 	}
-}
-
-// placeForApp places sb through the scheduler. A start already in flight with the same
-// Idempotency-Key (another replica) is waited for and its sandbox used.
-func (s *Server) placeForApp(ctx context.Context, a berth.App, sb berth.Sandbox) (berth.Sandbox, error) {
-	if err := s.checkQuota(ctx, a.Tenant, sb.MemoryMiB); err != nil {
-		return sb, err
-	}
-	for range 3 {
-		if first, found, err := s.awaitIdempotent(ctx, a.Tenant, sb.IdempotencyKey); err != nil {
-			return sb, err
-		} else if found {
-			return first, nil
-		}
-		placed, err := s.sched.place(ctx, sb, berth.CreateRequest{}, s.appActor())
-		if !errors.Is(err, errIdempotent) {
-			return placed, err
-		}
-	}
-	return sb, berth.Errorf(berth.EUnavailable, "another start of app %s holds its key", a.Name)
 }
 
 // setUpApp writes the spec's files into the sandbox's working directory, starts its

@@ -96,14 +96,6 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		outcome = berth.ErrorCode(err)
 		return err
 	}
-	if err := s.checkQuota(r.Context(), p.Tenant, cmp.Or(req.MemoryMiB, t.MemoryMiB)); err != nil {
-		if s.replayed(w, r, p.Tenant, idem) { // a retry of a create that succeeded is answered, not refused (API-4)
-			outcome = "replayed"
-			return nil
-		}
-		outcome = berth.ErrorCode(err)
-		return err
-	}
 	now := s.cfg.Clock().UTC()
 	ttl := s.cfg.DefaultTTL
 	if req.TTLSeconds > 0 {
@@ -120,70 +112,81 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		// (POOL-2, POOL-3).
 		sb.Stateful = true
 	}
-	// A retry finds its first create when the insert of its starting row meets the key
-	// (errIdempotent), so a first attempt pays no extra read for the key.
-	for awaiting := false; ; awaiting = true {
-		if awaiting {
-			first, found, err := s.awaitIdempotent(r.Context(), p.Tenant, idem)
-			if err != nil {
-				outcome = berth.ErrorCode(err)
-				return err
-			}
-			if found {
-				outcome = "replayed"
-				httpjson.WriteJSON(w, http.StatusCreated, first)
-				return nil
-			}
-		}
-		placed, err := s.sched.place(r.Context(), sb, req, "tenant/"+p.Tenant)
-		if errors.Is(err, errIdempotent) {
-			continue // another create holds the key: wait for its outcome
-		}
-		// A full fleet must not hide a first attempt that succeeded (its answer was lost): the
-		// retry gets that sandbox, not a refusal (API-4).
-		if err != nil && !awaiting && s.replayed(w, r, p.Tenant, idem) {
-			outcome = "replayed"
-			return nil
-		}
-		if err != nil {
-			outcome = berth.ErrorCode(err)
-			return err
-		}
-		if r.Context().Err() != nil && idem == "" {
-			// The client left before the answer and no Idempotency-Key can find this
-			// sandbox again: stop it rather than let it run unowned until its TTL.
-			s.discard(r.Context(), placed, "the client went away before the answer and holds no Idempotency-Key")
-			outcome = "client_gone"
-			return berth.Errorf(berth.EUnavailable, "create abandoned: the client went away")
-		}
-		outcome = "created"
-		// MET-4: time from the first (refused) attempt to this success, for creates that
-		// were refused at least once.
-		if n, _ := strconv.Atoi(r.Header.Get(berth.HeaderAttempt)); n > 1 {
-			if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
-				if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
-					s.metrics.firstRefusal.WithLabelValues("sandbox").Observe(d.Seconds())
-				}
-			}
-		}
-		s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)
+	placed, replayed, err := s.createIdempotent(r.Context(), sb, req, "tenant/"+p.Tenant)
+	switch {
+	case err != nil:
+		outcome = berth.ErrorCode(err)
+		return err
+	case replayed:
+		outcome = "replayed"
 		httpjson.WriteJSON(w, http.StatusCreated, placed)
 		return nil
 	}
+	if r.Context().Err() != nil && idem == "" {
+		// The client left before the answer and no Idempotency-Key can find this
+		// sandbox again: stop it rather than let it run unowned until its TTL.
+		s.discard(r.Context(), placed, "the client went away before the answer and holds no Idempotency-Key")
+		outcome = "client_gone"
+		return berth.Errorf(berth.EUnavailable, "create abandoned: the client went away")
+	}
+	outcome = "created"
+	// MET-4: time from the first (refused) attempt to this success, for creates that
+	// were refused at least once.
+	if n, _ := strconv.Atoi(r.Header.Get(berth.HeaderAttempt)); n > 1 {
+		if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
+			if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
+				s.metrics.firstRefusal.WithLabelValues("sandbox").Observe(d.Seconds())
+			}
+		}
+	}
+	s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)
+	httpjson.WriteJSON(w, http.StatusCreated, placed)
+	return nil
 }
 
-// replayed answers with the sandbox an earlier create with the same Idempotency-Key made,
-// if there is one (API-4), and reports whether it did.
-func (s *Server) replayed(w http.ResponseWriter, r *http.Request, tenant, idem string) bool {
-	if idem == "" {
-		return false
+// createIdempotent checks the tenant's quota (ADM-11) and places sb (PLC-1…7), honouring its
+// Idempotency-Key (API-4): it returns the sandbox holding the key — the one it made, or
+// (replayed) the outcome of an earlier or concurrent create with the same key, on any
+// replica. A create still starting elsewhere is waited for. A refusal (full fleet, quota)
+// does not hide an earlier create that succeeded: its sandbox is returned instead. A first
+// attempt pays no extra read for the key: the insert of its starting row meets the key
+// (errIdempotent). Used by POST /v1/sandboxes and by the app reconciler's starts.
+func (s *Server) createIdempotent(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string) (berth.Sandbox, bool, error) {
+	key := sb.IdempotencyKey
+	earlier := func() (berth.Sandbox, bool) {
+		if key == "" {
+			return sb, false
+		}
+		first, found, err := s.awaitIdempotent(ctx, sb.Tenant, key)
+		return first, err == nil && found
 	}
-	first, found, err := s.awaitIdempotent(r.Context(), tenant, idem)
-	if err != nil || !found {
-		return false
+	if err := s.checkQuota(ctx, sb.Tenant, sb.MemoryMiB); err != nil {
+		if first, ok := earlier(); ok {
+			return first, true, nil
+		}
+		return sb, false, err
 	}
-	httpjson.WriteJSON(w, http.StatusCreated, first)
-	return true
+	for awaiting := false; ; awaiting = true {
+		if awaiting {
+			first, found, err := s.awaitIdempotent(ctx, sb.Tenant, key)
+			if err != nil {
+				return sb, false, err
+			}
+			if found {
+				return first, true, nil
+			}
+		}
+		placed, err := s.sched.place(ctx, sb, req, actor)
+		if errors.Is(err, errIdempotent) {
+			continue // another create holds the key: wait for its outcome
+		}
+		if err != nil && !awaiting {
+			if first, ok := earlier(); ok {
+				return first, true, nil
+			}
+		}
+		return placed, false, err
+	}
 }
 
 // discard stops a sandbox nobody can own and records why, on a context of its own.

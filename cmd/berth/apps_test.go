@@ -262,41 +262,17 @@ func TestAPP2_WakeOnFullFleetWaitsForCapacity(t *testing.T) {
 	}) || strings.Contains(strings.Join(story, "\n"), "→error") {
 		t.Fatalf("app events %q; want waking→waiting_capacity (no_capacity) and never error", story)
 	}
-	if n := metricValue(t, st.URL, "berth_api_time_to_success_seconds_count", `kind="app"`); n != 1 {
-		t.Fatalf("MET-4 histogram count for apps = %v; want 1 (refused, then running)", n)
+	fams := scrape(t, st)
+	if n, ok := value(fams, "berth_api_time_to_success_seconds", map[string]string{"kind": "app"}); !ok || n != 1 {
+		t.Fatalf("MET-4 histogram count for apps = %v (%v); want 1 (refused, then running)", n, ok)
 	}
-	if n := metricValue(t, st.URL, "berth_apps", `state="running"`); n != 1 {
-		t.Fatalf("berth_apps{state=running} = %v; want 1", n)
+	if n, ok := value(fams, "berth_apps", map[string]string{"state": "running"}); !ok || n != 1 {
+		t.Fatalf("berth_apps{state=running} = %v (%v); want 1", n, ok)
 	}
-	if n := metricValue(t, st.URL, "berth_apps", `state="error"`); n != 0 {
-		t.Fatalf("berth_apps{state=error} = %v; want 0", n)
+	if n, ok := value(fams, "berth_apps", map[string]string{"state": "error"}); !ok || n != 0 {
+		t.Fatalf("berth_apps{state=error} = %v (%v); want 0", n, ok)
 	}
 	t.Logf("states seen: %v; events: %q", seen, story)
-}
-
-// metricValue scrapes /metrics and returns the value of the series name{labels…} whose label
-// text contains labels.
-func metricValue(t *testing.T, base, name, labels string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for line := range strings.Lines(string(b)) {
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		return v
-	}
-	t.Fatalf("no series %s{%s} in /metrics", name, labels)
-	return 0
 }
 
 // TestAPP2_DeployOnFullFleetKeepsOldVersionServing: a deploy that cannot be placed leaves
