@@ -241,10 +241,6 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	return a, nil
 }
 
-// ID returns the agent's id; Address the base URL of its internal API.
-func (a *Agent) ID() string      { return a.cfg.ID }
-func (a *Agent) Address() string { return a.addr }
-
 // Run serves the internal API, measures guests and heartbeats until ctx ends, then stops
 // every sandbox it holds and returns. Sandboxes never outlive their agent's Run.
 func (a *Agent) Run(ctx context.Context) error {

@@ -66,25 +66,6 @@ func (w *Watched) Next(want string) {
 	}
 }
 
-// NextNonEmpty waits for the next call of fn with an agent id, skipping fn("") calls (a
-// watcher that reconnected), and fails the test unless it is want.
-func (w *Watched) NextNonEmpty(want string) {
-	w.t.Helper()
-	for {
-		got, ok := w.next()
-		if !ok {
-			w.t.Fatalf("WatchAgents: no call within %v, want fn(%q)", WaitLimit, want)
-		}
-		if got == "" {
-			continue
-		}
-		if got != want {
-			w.t.Errorf("WatchAgents: fn(%q), want fn(%q)", got, want)
-		}
-		return
-	}
-}
-
 // next pops the oldest call, waiting up to WaitLimit for one.
 func (w *Watched) next() (string, bool) {
 	timeout := time.NewTimer(WaitLimit)
