@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/conf"
 	"github.com/berth-dev/berth/preempt"
 )
 
@@ -174,36 +175,22 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		return nil, fmt.Errorf("agent: a preemptible agent must be in the ephemeral pool (POOL-1)")
 	}
 	def := DefaultConfig()
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = def.HeartbeatInterval
-	}
+	cfg.HeartbeatInterval = conf.Or(cfg.HeartbeatInterval, def.HeartbeatInterval)
 	if cfg.MeasureInterval <= 0 {
 		cfg.MeasureInterval = min(def.MeasureInterval, cfg.HeartbeatInterval)
 	}
-	if cfg.ReserveTTL <= 0 {
-		cfg.ReserveTTL = def.ReserveTTL
-	}
-	if cfg.MaxStarts <= 0 {
-		cfg.MaxStarts = def.MaxStarts
-	}
-	if cfg.StartSlotWait <= 0 {
-		cfg.StartSlotWait = def.StartSlotWait
-	}
+	cfg.ReserveTTL = conf.Or(cfg.ReserveTTL, def.ReserveTTL)
+	cfg.MaxStarts = conf.Or(cfg.MaxStarts, def.MaxStarts)
+	cfg.StartSlotWait = conf.Or(cfg.StartSlotWait, def.StartSlotWait)
 	if cfg.Listen == "" {
 		cfg.Listen = def.Listen
 	}
 	if cfg.EvictFloorMiB <= 0 {
 		cfg.EvictFloorMiB = max(cfg.MemoryMiB/20, 64)
 	}
-	if cfg.LinkMiBps <= 0 {
-		cfg.LinkMiBps = def.LinkMiBps
-	}
-	if cfg.SoftCordon <= 0 {
-		cfg.SoftCordon = def.SoftCordon
-	}
-	if cfg.EvictPressure <= 0 {
-		cfg.EvictPressure = def.EvictPressure
-	}
+	cfg.LinkMiBps = conf.Or(cfg.LinkMiBps, def.LinkMiBps)
+	cfg.SoftCordon = conf.Or(cfg.SoftCordon, def.SoftCordon)
+	cfg.EvictPressure = conf.Or(cfg.EvictPressure, def.EvictPressure)
 	if cfg.Pressure.Close <= 0 {
 		cfg.Pressure = def.Pressure
 	}

@@ -5,7 +5,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/conf"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -153,64 +153,36 @@ func New(cfg Config, st berth.Store) *Server {
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = "replica-" + randomHex(4)
 	}
-	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = def.StaleAfter
-	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = def.HeartbeatInterval
-	}
-	if cfg.ReservationTTL <= 0 {
-		cfg.ReservationTTL = def.ReservationTTL
-	}
-	if cfg.SweepInterval <= 0 {
-		cfg.SweepInterval = def.SweepInterval
-	}
-	if cfg.CacheTTL <= 0 {
-		cfg.CacheTTL = def.CacheTTL
-	}
-	if cfg.MaxHostsPerCreate <= 0 {
-		cfg.MaxHostsPerCreate = def.MaxHostsPerCreate
-	}
+	cfg.StaleAfter = conf.Or(cfg.StaleAfter, def.StaleAfter)
+	cfg.HeartbeatInterval = conf.Or(cfg.HeartbeatInterval, def.HeartbeatInterval)
+	cfg.ReservationTTL = conf.Or(cfg.ReservationTTL, def.ReservationTTL)
+	cfg.SweepInterval = conf.Or(cfg.SweepInterval, def.SweepInterval)
+	cfg.CacheTTL = conf.Or(cfg.CacheTTL, def.CacheTTL)
+	cfg.MaxHostsPerCreate = conf.Or(cfg.MaxHostsPerCreate, def.MaxHostsPerCreate)
 	if cfg.Strategy == "" {
 		cfg.Strategy = def.Strategy
 	}
-	if cfg.DefaultTTL <= 0 {
-		cfg.DefaultTTL = def.DefaultTTL
-	}
-	if cfg.MaxTTL <= 0 {
-		cfg.MaxTTL = def.MaxTTL
-	}
-	if cfg.MaxSandboxMiB <= 0 {
-		cfg.MaxSandboxMiB = def.MaxSandboxMiB
-	}
-	if cfg.AgentTimeout <= 0 {
-		cfg.AgentTimeout = def.AgentTimeout
-	}
-	if cfg.DeadAfter <= 0 {
-		cfg.DeadAfter = def.DeadAfter
-	}
-	if cfg.LeaseEphemeral <= 0 {
-		cfg.LeaseEphemeral = def.LeaseEphemeral
-	}
-	if cfg.LeaseStateful <= 0 {
-		cfg.LeaseStateful = def.LeaseStateful
-	}
-	if cfg.DrainDeadline <= 0 {
-		cfg.DrainDeadline = def.DrainDeadline
-	}
+	cfg.DefaultTTL = conf.Or(cfg.DefaultTTL, def.DefaultTTL)
+	cfg.MaxTTL = conf.Or(cfg.MaxTTL, def.MaxTTL)
+	cfg.MaxSandboxMiB = conf.Or(cfg.MaxSandboxMiB, def.MaxSandboxMiB)
+	cfg.AgentTimeout = conf.Or(cfg.AgentTimeout, def.AgentTimeout)
+	cfg.DeadAfter = conf.Or(cfg.DeadAfter, def.DeadAfter)
+	cfg.LeaseEphemeral = conf.Or(cfg.LeaseEphemeral, def.LeaseEphemeral)
+	cfg.LeaseStateful = conf.Or(cfg.LeaseStateful, def.LeaseStateful)
+	cfg.DrainDeadline = conf.Or(cfg.DrainDeadline, def.DrainDeadline)
 	if cfg.Quarantine.After <= 0 {
 		cfg.Quarantine = def.Quarantine
 	}
 	if cfg.StartingGrace <= 0 {
 		cfg.StartingGrace = cfg.AgentTimeout + 30*time.Second
 	}
-	cfg.AppReconcileInterval = cmp.Or(max(cfg.AppReconcileInterval, 0), def.AppReconcileInterval)
-	cfg.AppStartTimeout = cmp.Or(max(cfg.AppStartTimeout, 0), def.AppStartTimeout)
-	cfg.AppStartFailures = cmp.Or(max(cfg.AppStartFailures, 0), def.AppStartFailures)
-	cfg.AppWakeTimeout = cmp.Or(max(cfg.AppWakeTimeout, 0), def.AppWakeTimeout)
-	cfg.AppBackoffBase = cmp.Or(max(cfg.AppBackoffBase, 0), def.AppBackoffBase)
-	cfg.AppBackoffCap = cmp.Or(max(cfg.AppBackoffCap, 0), def.AppBackoffCap)
-	cfg.AppDrainGrace = cmp.Or(max(cfg.AppDrainGrace, 0), def.AppDrainGrace)
+	cfg.AppReconcileInterval = conf.Or(cfg.AppReconcileInterval, def.AppReconcileInterval)
+	cfg.AppStartTimeout = conf.Or(cfg.AppStartTimeout, def.AppStartTimeout)
+	cfg.AppStartFailures = conf.Or(cfg.AppStartFailures, def.AppStartFailures)
+	cfg.AppWakeTimeout = conf.Or(cfg.AppWakeTimeout, def.AppWakeTimeout)
+	cfg.AppBackoffBase = conf.Or(cfg.AppBackoffBase, def.AppBackoffBase)
+	cfg.AppBackoffCap = conf.Or(cfg.AppBackoffCap, def.AppBackoffCap)
+	cfg.AppDrainGrace = conf.Or(cfg.AppDrainGrace, def.AppDrainGrace)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
