@@ -196,6 +196,8 @@ func (s *Server) discard(ctx context.Context, sb berth.Sandbox, reason string) {
 	if addr, err := s.agentAddress(cctx, sb.AgentID); err == nil {
 		if err := s.agents.delete(cctx, addr, sb.ID); err != nil {
 			s.log.Warn("could not stop a discarded sandbox; its TTL will", "sandbox", sb.ID, "err", err)
+		} else {
+			s.sched.noteEnded(sb.AgentID)
 		}
 	}
 	if _, err := s.store.TransitionSandbox(cctx, sb.ID, nil, berth.SandboxStopped, reason, "server/"+s.cfg.ReplicaID, s.cfg.Clock()); err != nil {
@@ -288,6 +290,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 		if err != nil {
 			return berth.Errorf(berth.EUnavailable, "agent %s did not confirm the stop (retry the delete): %v", sb.AgentID, err)
 		}
+		s.sched.noteEnded(sb.AgentID)
 		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, []berth.SandboxState{berth.SandboxStopping}, berth.SandboxStopped, "deleted", actor, s.cfg.Clock()); err != nil {
 			return berth.Errorf(berth.EUnavailable, "record stopped: %v", err)
 		}

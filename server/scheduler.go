@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -33,14 +34,17 @@ type scheduler struct {
 	qEnd     time.Time      // the earliest quarantine end in the snapshot: refresh then (probation)
 	loadedAt time.Time
 
-	raMu  sync.Mutex // guards the cached Retry-After estimate
+	raMu  sync.Mutex // guards the cached Retry-After estimate and ended
 	raAt  time.Time
 	raVal time.Duration
+	// ended is when this replica last stopped a sandbox on each agent: room its next
+	// heartbeat will show, which the Retry-After estimate counts (API-3).
+	ended map[string]time.Time
 }
 
 func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *scheduler {
 	return &scheduler{store: st, cfg: cfg, agents: ac, metrics: m,
-		index: map[string]int{}}
+		index: map[string]int{}, ended: map[string]time.Time{}}
 }
 
 // refresh re-reads agents and pending reservations from the store into the snapshot.
@@ -465,7 +469,9 @@ func refusalMessage(d placement.Decision) string {
 // retryAfter estimates when a retry may succeed (API-3): the earliest moment a running
 // sandbox's TTL or an outstanding reservation expires on a host that could take work (fresh,
 // not draining, quarantined or closed), plus one heartbeat for the agent to report it,
-// clamped into [1 s, 60 s]; 5 s when nothing there expires. no_healthy_agents gets a longer,
+// clamped into [1 s, 60 s]; 5 s when nothing there expires; one heartbeat (at least 1 s) when
+// this replica stopped a sandbox on such a host since its last heartbeat (a delete frees room
+// the next heartbeat shows, long before any TTL). no_healthy_agents gets a longer,
 // fixed 30 s: it waits for a human or a new host. The estimate is reused for a second, so a
 // refusal storm does not scan the store once per refusal.
 func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
@@ -479,17 +485,26 @@ func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
 		s.raMu.Unlock()
 		return d
 	}
+	ended := maps.Clone(s.ended)
 	s.raMu.Unlock()
 
 	open := map[string]bool{}
+	var freed bool // a host this replica stopped a sandbox on has not heartbeated since
 	s.mu.RLock()
 	cutoff := now.Add(-s.cfg.StaleAfter).UnixNano()
 	for _, h := range s.hosts {
 		if h.LastSeenNano >= cutoff && !h.Draining && !h.Quarantined && h.IntakeOpen {
 			open[h.ID] = true
+			if t, ok := ended[h.ID]; ok && t.UnixNano() >= h.LastSeenNano {
+				freed = true
+			}
 		}
 	}
 	s.mu.RUnlock()
+	if freed {
+		// The room shows at that host's next heartbeat.
+		return s.keepRetryAfter(now, max(s.cfg.HeartbeatInterval, time.Second))
+	}
 	earliest := time.Time{}
 	consider := func(agent string, t time.Time) {
 		if open[agent] && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
@@ -510,8 +525,22 @@ func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
 	if !earliest.IsZero() {
 		d = min(max(earliest.Sub(now)+s.cfg.HeartbeatInterval, time.Second), 60*time.Second)
 	}
+	return s.keepRetryAfter(now, d)
+}
+
+// keepRetryAfter caches the estimate d made at now for a second and returns it.
+func (s *scheduler) keepRetryAfter(now time.Time, d time.Duration) time.Duration {
 	s.raMu.Lock()
 	s.raAt, s.raVal = now, d
 	s.raMu.Unlock()
 	return d
+}
+
+// noteEnded records that this replica stopped a sandbox on agentID now, and drops the cached
+// Retry-After estimate, so refusals until the agent's next heartbeat say "one heartbeat".
+func (s *scheduler) noteEnded(agentID string) {
+	s.raMu.Lock()
+	s.ended[agentID] = s.cfg.Clock()
+	s.raAt = time.Time{}
+	s.raMu.Unlock()
 }

@@ -439,3 +439,32 @@ func TestTTLCache(t *testing.T) {
 		t.Fatal("forgotten entry served")
 	}
 }
+
+// TestAPI3_RetryAfterCountsADelete: a fleet full of sandboxes that live an hour answers
+// Retry-After 60 s; once this replica deleted one, refusals until that host's next heartbeat
+// say one heartbeat (the room the delete freed shows then), not the TTL estimate.
+func TestAPI3_RetryAfterCountsADelete(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) { c.HeartbeatInterval = 2 * time.Second })
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 512)
+	code, sb, _ := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	h.heartbeat(t, "a1", agent.srv.URL, 0) // the agent reports itself full
+	code, _, e := h.create(t)
+	if code != http.StatusServiceUnavailable || e.RetryAfterS != 60 {
+		t.Fatalf("full fleet: %d, Retry-After %d s; want 503 and 60 s (the hour-long TTL, clamped)", code, e.RetryAfterS)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, h.srv.URL+"/v1/sandboxes/"+sb.ID, nil)
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	code, _, e = h.create(t)
+	if code != http.StatusServiceUnavailable || e.RetryAfterS != 2 {
+		t.Fatalf("after a delete, before the next heartbeat: %d, Retry-After %d s; want 503 and 2 s (one heartbeat)", code, e.RetryAfterS)
+	}
+}
