@@ -81,6 +81,8 @@ func newServerCmd() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period (for Retry-After)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry TTL (LED-2)")
 	f.StringVar(&cfg.Strategy, "strategy", cfg.Strategy, "placement strategy: spread or pack (PLC-2)")
+	f.DurationVar(&cfg.LeaseEphemeral, "lease-ephemeral", cfg.LeaseEphemeral, "a silent ephemeral-pool agent's sandboxes are lost after this (LIF-2)")
+	f.DurationVar(&cfg.LeaseStateful, "lease-stateful", cfg.LeaseStateful, "a silent stateful-pool agent's sandboxes are lost after this (LIF-2)")
 	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.DurationVar(&cfg.AppWakeTimeout, "app-wake-timeout", cfg.AppWakeTimeout, "how long a request to a hibernated app is held while it wakes")
 	f.DurationVar(&cfg.AppStartTimeout, "app-start-timeout", cfg.AppStartTimeout, "how long a started app has to answer on its port")
