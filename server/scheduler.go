@@ -139,6 +139,24 @@ func (s *scheduler) observe(a berth.Agent) {
 
 // silentAgents returns the agents whose cached last heartbeat is older than their pool's
 // lease TTL: candidates for lease expiry, to be confirmed against the store.
+// nextLeaseEnd returns the earliest moment after now at which a host in the snapshot that
+// has not yet gone silent for its pool's lease TTL would (ok false: none).
+func (s *scheduler) nextLeaseEnd(now time.Time, ephemeral, stateful time.Duration) (time.Time, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var next int64
+	for _, h := range s.hosts {
+		ttl := stateful
+		if h.Pool == berth.PoolEphemeral {
+			ttl = ephemeral
+		}
+		if end := h.LastSeenNano + int64(ttl); end > now.UnixNano() && (next == 0 || end < next) {
+			next = end
+		}
+	}
+	return time.Unix(0, next), next != 0
+}
+
 func (s *scheduler) silentAgents(now time.Time, ephemeral, stateful time.Duration) []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

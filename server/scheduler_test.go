@@ -468,3 +468,25 @@ func TestAPI3_RetryAfterCountsADelete(t *testing.T) {
 		t.Fatalf("after a delete, before the next heartbeat: %d, Retry-After %d s; want 503 and 2 s (one heartbeat)", code, e.RetryAfterS)
 	}
 }
+
+// TestLIF2_LeaseEndsOnTime: with the sweep an hour apart, a silent host's sandboxes are still
+// lost when its lease ends (the lease timer is its own), not at the next sweep.
+func TestLIF2_LeaseEndsOnTime(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) {
+		c.SweepInterval, c.LeaseStateful, c.LeaseEphemeral, c.CacheTTL = time.Hour, 300*time.Millisecond, 300*time.Millisecond, 10*time.Millisecond
+	})
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	code, sb, _ := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go h.s.Run(ctx)
+	waitUntil(t, "the sandbox lost at its lease's end", func() (bool, string) {
+		cur, err := h.st.Sandbox(context.Background(), sb.ID)
+		must(t, err)
+		return cur.State == berth.SandboxLost, string(cur.State)
+	})
+}

@@ -228,14 +228,34 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.runApps(ctx)
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
+	// Leases end at a heartbeat's time plus the pool's TTL, not at the next sweep: a silent
+	// host's sandboxes (and apps) move within the lease TTL, not up to a sweep later (LIF-2).
+	lease := time.NewTimer(s.untilLeaseEnd())
+	defer lease.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			s.sweep(ctx)
+		case <-lease.C:
+			if err := s.sched.refreshIfStale(ctx); err == nil {
+				s.expireLeases(ctx)
+			}
 		}
-		s.sweep(ctx)
+		lease.Reset(s.untilLeaseEnd())
 	}
+}
+
+// untilLeaseEnd is how long until the next lease in the snapshot ends, within
+// [10 ms, SweepInterval] (the sweep also checks leases).
+func (s *Server) untilLeaseEnd() time.Duration {
+	now := s.cfg.Clock()
+	end, ok := s.sched.nextLeaseEnd(now, s.leaseTTL(berth.PoolEphemeral), s.leaseTTL(berth.PoolStateful))
+	if !ok {
+		return s.cfg.SweepInterval
+	}
+	return min(max(end.Sub(now), 10*time.Millisecond), s.cfg.SweepInterval)
 }
 
 // sweep runs one round of the TTL sweepers.
@@ -304,6 +324,9 @@ func (s *Server) expireLeases(ctx context.Context) {
 			ok, err := s.store.TransitionSandbox(ctx, sb.ID, nil, berth.SandboxLost, reason, "sweeper/"+s.cfg.ReplicaID, now)
 			if err == nil && ok {
 				s.log.Warn("sandbox lost", "sandbox", sb.ID, "agent", id, "reason", reason)
+				if sb.Metadata["app"] != "" {
+					s.kickApps() // its app is placed again now, not at the reconciler's next round
+				}
 			}
 		}
 	}
