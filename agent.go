@@ -85,6 +85,11 @@ type Heartbeat struct {
 	BootID               string         `json:"boot_id"`
 	// MeasurementErrors counts resident readings clamped into [0, total] (C07).
 	MeasurementErrors int64 `json:"measurement_errors,omitempty"`
+	// Runtime names the agent's runtime driver ("gvisor", "process", "noop") and Checkpoint
+	// says whether it can checkpoint and restore guests (ISO-4): only such agents take a
+	// resume or a moved guest, and only their guests are snapshot-moved under a notice.
+	Runtime    string `json:"runtime,omitempty"`
+	Checkpoint bool   `json:"checkpoint,omitempty"`
 }
 
 // Agent is the store's record of an agent: its latest heartbeat, when the server received it,

@@ -116,6 +116,11 @@ type App struct {
 	SandboxID      string `json:"sandbox_id,omitempty"`
 	AgentID        string `json:"agent_id,omitempty"`
 	ServingVersion int    `json:"serving_version,omitempty"`
+	// PausedSandbox is the sandbox a hibernated app was paused in (PAUSE-2: its runtime could
+	// checkpoint, so its memory is kept), running PausedVersion of the spec; a wake resumes it
+	// instead of starting a new one. Empty when the app hibernated by stopping its sandbox.
+	PausedSandbox string `json:"paused_sandbox,omitempty"`
+	PausedVersion int    `json:"paused_version,omitempty"`
 	// Retire lists sandboxes the app no longer uses that are still to be stopped (an old
 	// version after a deploy, the sandbox of a hibernated app).
 	Retire []string `json:"retire,omitempty"`

@@ -16,17 +16,27 @@ const (
 	SandboxFailed   SandboxState = "failed"
 	SandboxLost     SandboxState = "lost"
 	SandboxEvicted  SandboxState = "evicted"
-	// Evacuation (SPOT-3): evacuating → reconstructed (recreated elsewhere from its template)
-	// or migrated (its snapshot moved), or lost as a budgeted loss.
+	// Evacuation (SPOT-3): evacuating → reconstructed (recreated elsewhere from its template),
+	// or snapshotting → resuming → running on another host (its snapshot moved, the same
+	// sandbox id), or lost as a budgeted loss. Migrated is kept in the contract; Berth's
+	// moves keep the sandbox's id instead of ending it (docs/DECISIONS.md).
 	SandboxEvacuating    SandboxState = "evacuating"
 	SandboxReconstructed SandboxState = "reconstructed"
 	SandboxMigrated      SandboxState = "migrated"
+	// Pause and resume (PAUSE-1): running → pausing → paused (no host, no memory, its image
+	// in the snapshot store, its TTL clock stopped) → resuming → running on the host
+	// placement picked. Snapshotting is the checkpoint of an evacuation's move (PAUSE-2).
+	SandboxPausing      SandboxState = "pausing"
+	SandboxPaused       SandboxState = "paused"
+	SandboxResuming     SandboxState = "resuming"
+	SandboxSnapshotting SandboxState = "snapshotting"
 )
 
 // SandboxStates lists every sandbox state (LIF-1), in lifecycle order.
 var SandboxStates = []SandboxState{
 	SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping, SandboxStopped,
 	SandboxFailed, SandboxLost, SandboxEvicted, SandboxEvacuating, SandboxReconstructed, SandboxMigrated,
+	SandboxPausing, SandboxPaused, SandboxResuming, SandboxSnapshotting,
 }
 
 // Terminal reports whether no further transition leaves s.
@@ -43,7 +53,8 @@ func (s SandboxState) Valid() bool {
 	switch s {
 	case SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping,
 		SandboxStopped, SandboxFailed, SandboxLost, SandboxEvicted,
-		SandboxEvacuating, SandboxReconstructed, SandboxMigrated:
+		SandboxEvacuating, SandboxReconstructed, SandboxMigrated,
+		SandboxPausing, SandboxPaused, SandboxResuming, SandboxSnapshotting:
 		return true
 	}
 	return false
@@ -65,6 +76,14 @@ type Sandbox struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	// Reason explains the latest transition (e.g. "ttl", "deleted", "agent refused").
 	Reason string `json:"reason,omitempty"`
+	// Volume is the name of the tenant's volume the sandbox mounts, if any (POOL-2).
+	Volume string `json:"volume,omitempty"`
+	// PausedAt is when a paused sandbox was paused (its TTL clock stopped then; a resume moves
+	// ExpiresAt on by the time paused); zero otherwise (PAUSE-1).
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Image names the checkpoint image of a paused sandbox in the snapshot store; never
+	// serialised.
+	Image string `json:"-"`
 	// IdempotencyKey is the create's Idempotency-Key (API-4); never serialised.
 	IdempotencyKey string `json:"-"`
 }

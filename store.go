@@ -80,6 +80,24 @@ type SandboxStore interface {
 	// transition happened. Entering a terminal state also releases the sandbox's reservations
 	// and, for failed, frees its Idempotency-Key so a retry can create anew.
 	TransitionSandbox(ctx context.Context, id string, from []SandboxState, to SandboxState, reason, actor string, now time.Time) (bool, error)
+	// MoveSandbox is a transition that also rewrites where the sandbox lives (PAUSE-1,
+	// SPOT-3): if sandbox id's state is one of from (any non-terminal state when from is
+	// empty), it moves to m.To with the event "<old> → m.To" (reason, actor) and sets
+	// agent_id, expires_at, paused_at and image to m's values, all in one transaction.
+	// Entering a terminal state releases reservations as TransitionSandbox does. It reports
+	// whether the move happened; an unknown id is (false, nil).
+	MoveSandbox(ctx context.Context, id string, from []SandboxState, m SandboxMove, reason, actor string, now time.Time) (bool, error)
+}
+
+// SandboxMove is the new state and placement MoveSandbox writes: the agent that holds the
+// sandbox ("" while it is paused), its TTL end, when it was paused (zero unless paused) and
+// the name of its checkpoint image ("" when it has none).
+type SandboxMove struct {
+	To        SandboxState
+	AgentID   string
+	ExpiresAt time.Time
+	PausedAt  time.Time
+	Image     string
 }
 
 // VolumeStore keeps the host pins of volumes (POOL-2).

@@ -46,6 +46,31 @@ type AgentCreate struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// Volume is "<tenant>/<name>" of the volume the sandbox mounts, if any (POOL-2).
 	Volume string `json:"volume,omitempty"`
+	// RestoreImage, when set, names a checkpoint image in the snapshot store: the agent
+	// restores the sandbox from it (processes and memory as they were) instead of starting
+	// it fresh (PAUSE-1, SPOT-3). Only agents whose runtime can checkpoint accept it.
+	RestoreImage string `json:"restore_image,omitempty"`
+}
+
+// CheckpointRequest is the body of the agent's POST /internal/sandboxes/{id}/checkpoint
+// (PAUSE-1, PAUSE-2): checkpoint the sandbox into the snapshot store under Image, then stop
+// it and free what it held.
+type CheckpointRequest struct {
+	Image string `json:"image"`
+}
+
+// CheckpointResult is the answer of a checkpoint: the image's name; ImageBytes, the size of
+// the runtime's image files; StoredBytes, what went into the snapshot store (zero chunks and
+// chunks already stored skipped, SPOT-4); ResidentMiB, the guest's working set when it was
+// checkpointed; and how long the checkpoint and the upload took, in milliseconds.
+type CheckpointResult struct {
+	Image        string `json:"image"`
+	ImageBytes   int64  `json:"image_bytes"`
+	StoredBytes  int64  `json:"stored_bytes"`
+	ZeroChunks   int    `json:"zero_chunks"`
+	ResidentMiB  int64  `json:"resident_mb"`
+	CheckpointMS int64  `json:"checkpoint_ms"`
+	UploadMS     int64  `json:"upload_ms"`
 }
 
 // ServiceRequest is the body of the agent's internal POST /internal/sandboxes/{id}/service

@@ -9,10 +9,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -22,17 +24,56 @@ import (
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/conf"
 	"github.com/berth-dev/berth/preempt"
+	"gocloud.dev/blob"
 )
 
-// Runtime is what the agent needs from a runtime driver (AGT-3).
+// Runtime is what the agent needs from a runtime driver (AGT-3). Implementations:
+// agent/runtime/gvisor (the default where runsc is installed), agent/runtime/process and
+// agent/runtime/noop (benchmarks), adapted in this package.
 type Runtime interface {
-	// Start starts a sandbox; volumeDir, when set, is the host directory of its volume.
-	Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error
+	// Start starts a sandbox and returns once it serves.
+	Start(ctx context.Context, s Spec) error
+	// Stop stops a sandbox and frees what it held; an unknown id is not an error.
 	Stop(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error)
-	WriteFile(ctx context.Context, id, path string, data []byte) error
-	ReadFile(ctx context.Context, id, path string) ([]byte, error)
+	// WriteFile streams content into path as the sandbox sees it (ISO-3); ReadFile streams a
+	// file's content and returns its size in bytes; the caller closes it.
+	WriteFile(ctx context.Context, id, path string, content io.Reader) error
+	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error)
 	Measure(id string) (Measurement, error)
+}
+
+// Spec is a sandbox to start: its id, template (which names its root file system), memory
+// limit in MiB, vCPUs and, when set, the host directory of its volume (POOL-2).
+type Spec struct {
+	ID        string
+	Template  string
+	MemoryMiB int64
+	VCPUs     int
+	VolumeDir string
+}
+
+// Checkpointer is what a runtime offers when it can snapshot a running guest (ISO-4,
+// PAUSE-1, SPOT-3): the agent finds it by type assertion and publishes the capability on its
+// heartbeat. Checkpoint saves sandbox id — memory, processes and its /tmp — as files in the
+// empty directory dir and stops it; Restore starts sandbox s from such a directory, with its
+// processes and memory as they were; Ping checks that the sandbox's init answers (the health
+// check before a snapshot, PAUSE-2). A runtime refuses (conflict) an image it cannot
+// rebuild: one another runtime version or init build made.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, id, dir string) error
+	Restore(ctx context.Context, s Spec, dir string) error
+	Ping(ctx context.Context, id string) error
+}
+
+// RuntimeInfo names a runtime for the heartbeat and the logs (ISO-4): "gvisor", "process" or
+// "noop", and for gVisor its platform ("systrap", "ptrace").
+type RuntimeInfo struct {
+	Name     string
+	Platform string
+	// Isolated is false for a runtime that is no boundary (the process runtime started with
+	// --insecure).
+	Isolated bool
 }
 
 // Measurement is one reading of a guest (AGT-3): its working set in MiB, whether the reading
@@ -90,6 +131,12 @@ type Config struct {
 	// PressureSource reads the host's memory pressure (default ProcPressure).
 	Pressure       admission.PressureGate
 	PressureSource func() (float64, bool)
+	// SnapshotStore is where checkpoint images go and come from (SPOT-4; gocloud.dev/blob:
+	// file://, s3://, gs://, azblob://), shared by every agent that may restore another's
+	// guest; SnapshotDir is this host's scratch directory for images on their way (a cache
+	// directory, POOL-4). Without a store the agent neither checkpoints nor restores.
+	SnapshotStore *blob.Bucket
+	SnapshotDir   string
 	// Listen is the internal API address (default 127.0.0.1:0).
 	Listen  string
 	Version string
@@ -124,6 +171,9 @@ type guest struct {
 	resident   int64
 	measured   bool // a measurement saw it, or its reserve expired (ADM-5)
 	oomKills   int64
+	// checkpointing is set while a checkpoint runs: the runtime stops the guest at its end,
+	// which is not an exit, and no TTL or eviction may end it meanwhile.
+	checkpointing bool
 }
 
 // Agent is one host agent. Create it with New, then Run it.
@@ -157,6 +207,9 @@ type Agent struct {
 	// appTransport carries proxied app requests into sandboxes (APP-1), keeping
 	// connections alive per sandbox and port.
 	appTransport *http.Transport
+
+	ckpt Checkpointer // nil when the runtime cannot checkpoint or there is no snapshot store
+	info RuntimeInfo
 }
 
 // New validates cfg, opens the internal API listener and returns an agent ready to Run.
@@ -225,6 +278,15 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		addr:   "http://" + ln.Addr().String(),
 	}
 	a.appTransport = a.newAppTransport()
+	if c, ok := rt.(Checkpointer); ok && cfg.SnapshotStore != nil {
+		a.ckpt = c
+		if a.cfg.SnapshotDir == "" {
+			a.cfg.SnapshotDir = filepath.Join(os.TempDir(), "berth-snapshots-"+a.bootID)
+		}
+	}
+	if d, ok := rt.(interface{ Info() RuntimeInfo }); ok {
+		a.info = d.Info()
+	}
 	return a, nil
 }
 
@@ -255,7 +317,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	a.log.Info("agent up", "address", a.addr, "admission", a.cfg.Admission,
-		"memory_mb", a.cfg.MemoryMiB, "headroom_mb", a.cfg.HeadroomMiB)
+		"memory_mb", a.cfg.MemoryMiB, "headroom_mb", a.cfg.HeadroomMiB, "runtime", a.info.Name,
+		"platform", a.info.Platform, "isolated", a.info.Isolated, "checkpoint", a.ckpt != nil)
 	var err error
 	select {
 	case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,9 +25,9 @@ type fakeRuntime struct {
 	stopped  []string
 }
 
-func (f *fakeRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error {
+func (f *fakeRuntime) Start(ctx context.Context, spec Spec) error {
 	if f.start != nil {
-		return f.start(id)
+		return f.start(spec.ID)
 	}
 	return nil
 }
@@ -39,8 +40,12 @@ func (f *fakeRuntime) Stop(ctx context.Context, id string) error {
 func (f *fakeRuntime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
 	return berth.ExecResult{}, nil
 }
-func (f *fakeRuntime) WriteFile(ctx context.Context, id, path string, data []byte) error { return nil }
-func (f *fakeRuntime) ReadFile(ctx context.Context, id, path string) ([]byte, error)     { return nil, nil }
+func (f *fakeRuntime) WriteFile(ctx context.Context, id, path string, content io.Reader) error {
+	return nil
+}
+func (f *fakeRuntime) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
+	return io.NopCloser(strings.NewReader("")), 0, nil
+}
 func (f *fakeRuntime) Measure(id string) (Measurement, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -40,6 +40,8 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		Version:             a.cfg.Version,
 		BootID:              a.bootID,
 		MeasurementErrors:   a.measureErrs,
+		Runtime:             a.info.Name,
+		Checkpoint:          a.ckpt != nil,
 		Sandboxes:           make([]berth.HeldSandbox, 0, len(a.guests)),
 		Ended:               append([]berth.EndedSandbox(nil), a.ended...),
 	}

@@ -2,14 +2,17 @@ package agent
 
 import (
 	"crypto/subtle"
+	"errors"
+	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
 )
 
-// File bodies are capped at 64 MiB; JSON bodies at 1 MiB.
+// File bodies are capped at 64 MiB (sbinit.MaxFileBytes); JSON bodies at 1 MiB.
 const (
 	maxFileBytes = 64 << 20
 	maxJSONBytes = 1 << 20
@@ -24,6 +27,8 @@ const (
 //	PUT    /internal/sandboxes/{id}/files?path → 204;  GET → 200 raw bytes
 //	POST   /internal/drain?reason=, /internal/undrain → 202 / 200
 //	GET    /internal/heartbeat                 → 200 berth.Heartbeat (what the agent would send now)
+//	POST   /internal/sandboxes/{id}/checkpoint berth.CheckpointRequest → 200 berth.CheckpointResult
+//	                                           (PAUSE-1; 501 unsupported without the capability)
 //
 // App services (APP-1), for sandboxes this agent holds; 501 unsupported when the runtime
 // has no Services (see Services):
@@ -55,6 +60,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /internal/heartbeat", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, a.Heartbeat(time.Now()))
 	})
+	mux.HandleFunc("POST /internal/sandboxes/{id}/checkpoint", a.handleCheckpoint)
 	mux.HandleFunc("POST /internal/sandboxes/{id}/service", a.handleServe)
 	mux.HandleFunc("GET /internal/sandboxes/{id}/service", a.handleServiceStatus)
 	// App requests bypass the mux: it would clean their paths ("//", "..") and redirect,
@@ -122,15 +128,23 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, res)
 }
 
+// handleWriteFile streams the request body into the sandbox (ISO-3): nothing is buffered
+// whole, and a body cut short (the caller went away) writes nothing.
 func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := a.held(id); err != nil {
 		httpjson.WriteError(w, "", err)
 		return
 	}
-	data, err := httpjson.ReadBody(w, r, maxFileBytes)
-	if err == nil {
-		err = a.rt.WriteFile(r.Context(), id, r.URL.Query().Get("path"), data)
+	if r.ContentLength > maxFileBytes {
+		httpjson.WriteError(w, "", berth.Errorf(berth.ETooLarge, "file of %d bytes is over %d", r.ContentLength, maxFileBytes))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, maxFileBytes)
+	err := a.rt.WriteFile(r.Context(), id, r.URL.Query().Get("path"), body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		err = berth.Errorf(berth.ETooLarge, "file over %d bytes", maxFileBytes)
 	}
 	if err != nil {
 		httpjson.WriteError(w, "", a.runtimeErr(id, "write a file", err))
@@ -139,19 +153,25 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// handleReadFile streams a file out of the sandbox with its Content-Length.
 func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := a.held(id); err != nil {
 		httpjson.WriteError(w, "", err)
 		return
 	}
-	data, err := a.rt.ReadFile(r.Context(), id, r.URL.Query().Get("path"))
+	rc, size, err := a.rt.ReadFile(r.Context(), id, r.URL.Query().Get("path"))
 	if err != nil {
 		httpjson.WriteError(w, "", a.runtimeErr(id, "read a file", err))
 		return
 	}
+	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	_, _ = w.Write(data)
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	if _, err := io.Copy(w, rc); err != nil {
+		// The status is out; a short body with its Content-Length tells the caller.
+		a.log.Warn("file read cut", "sandbox", id, "err", err)
+	}
 }
 
 // runtimeErr turns a runtime failure without a code (the sandbox's init died: deleted,

@@ -82,7 +82,19 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	if err != nil {
 		return err
 	}
-	if err := a.rt.Start(ctx, c.ID, c.MemoryMiB, c.VCPUs, volumeDir); err != nil {
+	spec := Spec{ID: c.ID, Template: c.Template, MemoryMiB: c.MemoryMiB, VCPUs: c.VCPUs, VolumeDir: volumeDir}
+	if c.RestoreImage != "" {
+		if err := a.restore(ctx, spec, c.RestoreImage); err != nil {
+			stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = a.rt.Stop(stop, c.ID)
+			if code := berth.ErrorCode(err); code != berth.EInternal {
+				return err // a refusal the scheduler acts on (unsupported, conflict, not_found)
+			}
+			return fmt.Errorf("agent %s: restore %s: %w", a.cfg.ID, c.ID,
+				&berth.Error{Code: berth.EUnavailable, Message: "sandbox restore failed: " + err.Error()})
+		}
+	} else if err := a.rt.Start(ctx, spec); err != nil {
 		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = a.rt.Stop(stop, c.ID)
@@ -152,7 +164,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	a.mu.Lock()
 	jobs := make([]job, 0, len(a.guests))
 	for id, g := range a.guests {
-		if !g.started {
+		if !g.started || g.checkpointing {
 			continue
 		}
 		jobs = append(jobs, job{id, !g.spec.ExpiresAt.IsZero() && !now.Before(g.spec.ExpiresAt)})
@@ -160,16 +172,24 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	a.mu.Unlock()
 
 	for _, j := range jobs {
+		if a.checkpointing(j.id) {
+			continue // its stop is the checkpoint's, not an exit; its TTL waits
+		}
 		if j.expired {
 			a.end(ctx, j.id, berth.SandboxStopped, "ttl", now)
 			continue
 		}
 		m, err := a.rt.Measure(j.id)
 		if err != nil {
-			a.log.Warn("measure", "sandbox", j.id, "err", err)
+			if !a.checkpointing(j.id) {
+				a.log.Warn("measure", "sandbox", j.id, "err", err)
+			}
 			continue
 		}
 		if m.Exited {
+			if a.checkpointing(j.id) {
+				continue
+			}
 			reason := "sandbox init exited"
 			if m.OOMKills > 0 {
 				reason = "killed by the kernel OOM killer"
@@ -202,6 +222,14 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	a.expireSoftCordon(now)
 }
 
+// checkpointing reports whether a checkpoint of guest id is under way.
+func (a *Agent) checkpointing(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g, ok := a.guests[id]
+	return ok && g.checkpointing
+}
+
 // evictIfCritical is ADM-9: when the host's available memory (total − Σ resident) has been
 // under the floor, or pressure over the critical line, for two measurements in a row, it
 // evicts one stateless sandbox — the one with the largest working set, which frees the most
@@ -228,7 +256,7 @@ func (a *Agent) evictIfCritical(ctx context.Context, now time.Time) {
 	}
 	var victim *guest
 	for _, g := range a.guests {
-		if !g.started || g.spec.Stateful {
+		if !g.started || g.spec.Stateful || g.checkpointing {
 			continue
 		}
 		if victim == nil || g.resident > victim.resident ||
@@ -371,8 +399,10 @@ func (a *Agent) HandleNotice(n preempt.Notice, now time.Time) {
 // evacuate triages the host's sandboxes against the notice (SPOT-3) and has the server
 // carry the plan out before a hard deadline strictly inside the window; then it stops them
 // here. Stateless sandboxes are reconstructible (their authoritative copy is their template
-// and the caller's input); stateful ones are irreproducible, and the process runtime cannot
-// snapshot, so they are budgeted losses, reported as such, never dropped silently.
+// and the caller's input); stateful ones are irreproducible: with a runtime that can
+// checkpoint they are snapshot-moved inside the bandwidth budget (the server calls back for
+// each checkpoint, PAUSE-2), stateless ones too with what budget is left; otherwise they are
+// budgeted losses, reported as such, never dropped silently.
 func (a *Agent) evacuate(n preempt.Notice, now time.Time) {
 	end := n.Deadline
 	if end.IsZero() {
@@ -383,13 +413,14 @@ func (a *Agent) evacuate(n preempt.Notice, now time.Time) {
 	var guests []evacuate.Guest
 	for id, g := range a.guests {
 		if g.started {
+			// A guest with a volume cannot leave the host its data is pinned to (POOL-2).
 			guests = append(guests, evacuate.Guest{ID: id, Stateful: g.spec.Stateful, Reconstructible: !g.spec.Stateful,
-				SnapshotMiB: g.resident})
+				CanSnapshot: a.ckpt != nil && g.spec.Volume == "", SnapshotMiB: g.resident})
 		}
 	}
 	a.mu.Unlock()
 	plan := evacuate.Triage(evacuate.Input{Guests: guests, Now: now, NoticeEnd: end, Margin: margin,
-		LinkMiBps: a.cfg.LinkMiBps, Preemptible: a.cfg.Preemptible})
+		LinkMiBps: a.cfg.LinkMiBps, Preemptible: a.cfg.Preemptible, SnapshotStateless: a.ckpt != nil})
 	req := berth.EvacuateRequest{Deadline: plan.HardDeadline}
 	for _, st := range plan.Steps {
 		req.Steps = append(req.Steps, berth.EvacuateStep{SandboxID: st.GuestID, Action: string(st.Action), Reason: st.Reason})

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"io"
 	"net"
 
 	"github.com/berth-dev/berth"
@@ -14,17 +15,17 @@ func ProcessRuntime(r *process.Runtime) Runtime { return processRuntime{r} }
 
 type processRuntime struct{ r *process.Runtime }
 
-func (p processRuntime) Start(ctx context.Context, id string, memoryMiB int64, vcpus int, volumeDir string) error {
-	return p.r.Start(ctx, process.Spec{ID: id, MemoryMiB: memoryMiB, VCPUs: vcpus, VolumeDir: volumeDir})
+func (p processRuntime) Start(ctx context.Context, s Spec) error {
+	return p.r.Start(ctx, process.Spec{ID: s.ID, Template: s.Template, MemoryMiB: s.MemoryMiB, VCPUs: s.VCPUs, VolumeDir: s.VolumeDir})
 }
 func (p processRuntime) Stop(ctx context.Context, id string) error { return p.r.Stop(ctx, id) }
 func (p processRuntime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
 	return p.r.Exec(ctx, id, req)
 }
-func (p processRuntime) WriteFile(ctx context.Context, id, path string, data []byte) error {
-	return p.r.WriteFile(ctx, id, path, data)
+func (p processRuntime) WriteFile(ctx context.Context, id, path string, content io.Reader) error {
+	return p.r.WriteFile(ctx, id, path, content)
 }
-func (p processRuntime) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+func (p processRuntime) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
 	return p.r.ReadFile(ctx, id, path)
 }
 func (p processRuntime) Measure(id string) (Measurement, error) {

@@ -62,6 +62,28 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
 	return c.call(ctx, request{method: http.MethodDelete, path: sandboxPath(id), idempotent: true}, nil)
 }
 
+// PauseSandbox checkpoints a running sandbox — processes, memory, /tmp — and stops it, freeing
+// its host (POST /v1/sandboxes/{id}/pause, PAUSE-1); it returns the sandbox, paused. Pausing a
+// paused sandbox is harmless, so the call is retried like a GET (a 503 means the checkpoint
+// failed and the sandbox runs on). Errors: conflict (not running, or its runtime cannot
+// checkpoint), sandbox_not_found.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (berth.Sandbox, error) {
+	var sb berth.Sandbox
+	r := request{method: http.MethodPost, path: sandboxPath(id) + "/pause", idempotent: true}
+	return sb, c.call(ctx, r, &sb)
+}
+
+// ResumeSandbox places a paused sandbox again, like a create, and restores it there with its
+// processes and memory as they were (POST /v1/sandboxes/{id}/resume, PAUSE-1); it returns the
+// running sandbox. Refusals (no_capacity…) are retried until the deadline, after which it
+// returns *CapacityUnavailable: park it as waiting, not failed (SDK-1, SDK-2). Resuming a
+// running sandbox returns it. Errors: conflict (not paused), sandbox_not_found.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (berth.Sandbox, error) {
+	var sb berth.Sandbox
+	r := request{method: http.MethodPost, path: sandboxPath(id) + "/resume", idempotent: true}
+	return sb, c.call(ctx, r, &sb)
+}
+
 // Exec runs a command in a sandbox and returns its exit code and captured output (POST
 // /v1/sandboxes/{id}/exec). It is sent exactly once, never retried: running a command twice
 // is not harmless. A non-zero exit code is a result, not an error.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -34,8 +35,11 @@ type ChunkStats struct {
 }
 
 // WriteImage stores size bytes from r under name in bucket as chunks plus a manifest
-// (<name>/manifest.json, chunks content-addressed under chunks/<sha256>, so equal chunks are
-// stored once). Zero chunks are not stored. The bucket is any gocloud.dev/blob bucket:
+// (<name>/manifest.json, chunks content-addressed under <domain>chunks/<sha256>, so equal
+// chunks are stored once per domain). The domain is the first element of name when name has
+// one ("sb-1/p2/checkpoint.img" → "sb-1/chunks/…"), so everything of one sandbox lives under
+// its own prefix and DeletePrefix can remove it without touching another's chunks; a name
+// without "/" shares the bucket-wide "chunks/". Zero chunks are not stored. The bucket is any gocloud.dev/blob bucket:
 // file:// by default, s3://, gs:// or azblob:// by URL. Errors: a short read or the store's.
 func WriteImage(ctx context.Context, bucket *blob.Bucket, name string, r io.Reader, size int64, chunkSize int) (Manifest, ChunkStats, error) {
 	if chunkSize <= 0 {
@@ -55,7 +59,7 @@ func WriteImage(ctx context.Context, bucket *blob.Bucket, name string, r io.Read
 			continue
 		}
 		sum := sha256.Sum256(buf[:n])
-		key := "chunks/" + hex.EncodeToString(sum[:])
+		key := chunkDomain(name) + "chunks/" + hex.EncodeToString(sum[:])
 		m.Chunks = append(m.Chunks, key)
 		if ok, err := bucket.Exists(ctx, key); err != nil {
 			return m, st, fmt.Errorf("evacuate: chunk %s: %w", key, err)
@@ -116,6 +120,14 @@ func ReadImage(ctx context.Context, bucket *blob.Bucket, name string, w io.Write
 		}
 	}
 	return m, st, nil
+}
+
+// chunkDomain returns the prefix under which name's chunks live: "<first element>/" or "".
+func chunkDomain(name string) string {
+	if first, _, ok := strings.Cut(name, "/"); ok && first != "" {
+		return first + "/"
+	}
+	return ""
 }
 
 // ErrNoImage is returned (wrapped) by ReadImage for an image that was never written.

@@ -1,11 +1,14 @@
 package evacuate
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -93,5 +96,50 @@ func TestSPOT4_SparseImageRoundTrip(t *testing.T) {
 	}
 	if _, _, err := ReadImage(ctx, bucket, "nope", io.Discard); !errors.Is(err, ErrNoImage) {
 		t.Fatalf("unknown image: %v", err)
+	}
+}
+
+// TestSPOT4_DirImage: a checkpoint directory round-trips through the chunk store file by
+// file, zero chunks skipped; deleting one sandbox's prefix removes its images and chunks and
+// leaves another sandbox's untouched, even where their chunks are equal.
+func TestSPOT4_DirImage(t *testing.T) {
+	ctx := context.Background()
+	bucket := openBucket(t)
+	src := t.TempDir()
+	sparse := make([]byte, 3*DefaultChunkSize+17)
+	copy(sparse[DefaultChunkSize:], "non-zero chunk")
+	files := map[string][]byte{"checkpoint.img": sparse, "tag": []byte("runsc 1")}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"sb-a", "sb-b"} {
+		st, err := WriteDir(ctx, bucket, id+"/p1", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ZeroChunks != 3 || st.ChunksMoved != 2 {
+			t.Fatalf("%s: stats %+v, want 3 zero chunks skipped (the zero tail too) and 2 stored (the data chunk, the tag)", id, st)
+		}
+	}
+	dst := t.TempDir()
+	if _, err := ReadDir(ctx, bucket, "sb-a/p1", dst); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(dst, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s restored as %d bytes, %v; want %d equal bytes", name, len(got), err, len(want))
+		}
+	}
+	if err := DeletePrefix(ctx, bucket, "sb-a/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDir(ctx, bucket, "sb-a/p1", t.TempDir()); !errors.Is(err, ErrNoImage) {
+		t.Fatalf("deleted image reads as %v, want ErrNoImage", err)
+	}
+	if _, err := ReadDir(ctx, bucket, "sb-b/p1", t.TempDir()); err != nil {
+		t.Fatalf("another sandbox's image after the delete: %v", err)
 	}
 }

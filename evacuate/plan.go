@@ -46,6 +46,11 @@ type Input struct {
 	Margin      time.Duration
 	LinkMiBps   float64
 	Preemptible bool
+	// SnapshotStateless moves reconstructible guests that can snapshot by their memory too,
+	// with the budget the irreproducible ones leave, smallest first: a code-interpreter
+	// session keeps its variables instead of starting over. What does not fit is
+	// reconstructed, and a failed move falls back to a reconstruction (PAUSE-2).
+	SnapshotStateless bool
 }
 
 // Step is the plan for one guest.
@@ -77,11 +82,13 @@ func Triage(in Input) Plan {
 	budget := int64(max(in.LinkMiBps, 0) * left.Seconds())
 	p := Plan{HardDeadline: hard, BudgetMiB: budget, Steps: make([]Step, 0, len(in.Guests))}
 
-	var movable, losses []Step
+	var movable, optional, losses []Step
 	for _, g := range in.Guests {
 		switch {
 		case g.Stateful && in.Preemptible:
 			losses = append(losses, Step{g.ID, Loss, 0, "stateful sandbox on a preemptible host (POOL-3 violated)"})
+		case g.Reconstructible && in.SnapshotStateless && g.CanSnapshot:
+			optional = append(optional, Step{g.ID, SnapshotMove, max(g.SnapshotMiB, 0), ""})
 		case g.Reconstructible:
 			p.Steps = append(p.Steps, Step{g.ID, Reconstruct, 0, "authoritative copy outside the guest: recreate from its template"})
 		case !g.CanSnapshot:
@@ -91,18 +98,30 @@ func Triage(in Input) Plan {
 		}
 	}
 	// Smallest first (ties by id, so plans are deterministic).
-	slices.SortFunc(movable, func(a, b Step) int {
-		return cmp.Or(cmp.Compare(a.MiB, b.MiB), cmp.Compare(a.GuestID, b.GuestID))
-	})
+	bySize := func(a, b Step) int { return cmp.Or(cmp.Compare(a.MiB, b.MiB), cmp.Compare(a.GuestID, b.GuestID)) }
+	slices.SortFunc(movable, bySize)
+	slices.SortFunc(optional, bySize)
+	var moves []Step
 	for _, s := range movable {
 		if p.MovedMiB+s.MiB <= budget {
 			p.MovedMiB += s.MiB
 			s.Reason = "snapshot fits the bandwidth budget, smallest first"
-			p.Steps = append(p.Steps, s)
+			moves = append(moves, s)
 			continue
 		}
 		losses = append(losses, Step{s.GuestID, Loss, s.MiB, "snapshot does not fit the bandwidth left before the hard deadline"})
 	}
+	// Stateless guests share what the irreproducible ones left; the rest are reconstructed.
+	for _, s := range optional {
+		if p.MovedMiB+s.MiB <= budget {
+			p.MovedMiB += s.MiB
+			s.Reason = "stateless, but its memory moves inside the budget (a reconstruction if the snapshot fails)"
+			moves = append(moves, s)
+			continue
+		}
+		p.Steps = append(p.Steps, Step{s.GuestID, Reconstruct, 0, "authoritative copy outside the guest and no budget left to move its memory: recreate from its template"})
+	}
+	p.Steps = append(p.Steps, moves...)
 	p.Steps = append(p.Steps, losses...)
 	return p
 }

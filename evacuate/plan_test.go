@@ -33,12 +33,13 @@ func TestSPOT3_TriageProperties(t *testing.T) {
 			byID[guests[i].ID] = guests[i]
 		}
 		in := Input{
-			Guests:      guests,
-			Now:         t0,
-			NoticeEnd:   t0.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "notice")) * time.Second),
-			Margin:      time.Duration(rapid.IntRange(1, 10).Draw(t, "margin")) * time.Second,
-			LinkMiBps:   float64(rapid.IntRange(0, 200).Draw(t, "link")),
-			Preemptible: rapid.Bool().Draw(t, "preemptible"),
+			Guests:            guests,
+			Now:               t0,
+			NoticeEnd:         t0.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "notice")) * time.Second),
+			Margin:            time.Duration(rapid.IntRange(1, 10).Draw(t, "margin")) * time.Second,
+			LinkMiBps:         float64(rapid.IntRange(0, 200).Draw(t, "link")),
+			Preemptible:       rapid.Bool().Draw(t, "preemptible"),
+			SnapshotStateless: rapid.Bool().Draw(t, "snapshotStateless"),
 		}
 		p := Triage(in)
 		if !p.HardDeadline.Before(in.NoticeEnd) {
@@ -52,6 +53,7 @@ func TestSPOT3_TriageProperties(t *testing.T) {
 		}
 		var moved int64
 		biggestMoved, smallestLost := int64(-1), int64(math.MaxInt64)
+		var irreproducibleMoved int64
 		seen := map[string]bool{}
 		for _, s := range p.Steps {
 			g, ok := byID[s.GuestID]
@@ -62,9 +64,16 @@ func TestSPOT3_TriageProperties(t *testing.T) {
 			if in.Preemptible && g.Stateful && s.Action != Loss {
 				t.Fatalf("stateful guest %s on a preemptible host planned as %s", g.ID, s.Action)
 			}
+			if s.Action == SnapshotMove && g.Reconstructible && !(in.SnapshotStateless && g.CanSnapshot) {
+				t.Fatalf("reconstructible guest %s moved by snapshot without SnapshotStateless", g.ID)
+			}
 			switch s.Action {
 			case SnapshotMove:
 				moved += s.MiB
+				if g.Reconstructible {
+					break
+				}
+				irreproducibleMoved += s.MiB
 				biggestMoved = max(biggestMoved, s.MiB)
 			case Loss:
 				if g.CanSnapshot && !g.Reconstructible && !(in.Preemptible && g.Stateful) {
@@ -78,7 +87,40 @@ func TestSPOT3_TriageProperties(t *testing.T) {
 		if smallestLost < biggestMoved {
 			t.Fatalf("a %d MiB guest is lost while a %d MiB one is moved", smallestLost, biggestMoved)
 		}
+		// Stateless moves take only what the irreproducible ones left: no irreproducible guest
+		// is lost that would have fitted in it.
+		if smallestLost != math.MaxInt64 && smallestLost <= p.BudgetMiB-irreproducibleMoved {
+			t.Fatalf("an irreproducible %d MiB guest is lost though %d of the %d MiB budget was left by the irreproducible moves",
+				smallestLost, p.BudgetMiB-irreproducibleMoved, p.BudgetMiB)
+		}
 	})
+}
+
+// TestSPOT3_StatelessMovesWithWhatIsLeft: with a runtime that checkpoints, stateless guests
+// are moved by their memory with the budget the stateful ones leave, smallest first, and the
+// rest are reconstructed; the stateful guest comes first even though it is larger.
+func TestSPOT3_StatelessMovesWithWhatIsLeft(t *testing.T) {
+	p := Triage(Input{
+		Guests: []Guest{
+			{ID: "db", Stateful: true, CanSnapshot: true, SnapshotMiB: 1500},
+			{ID: "session-big", Reconstructible: true, CanSnapshot: true, SnapshotMiB: 900},
+			{ID: "session-small", Reconstructible: true, CanSnapshot: true, SnapshotMiB: 600},
+		},
+		Now: t0, NoticeEnd: t0.Add(30 * time.Second), Margin: 5 * time.Second, LinkMiBps: 100, SnapshotStateless: true,
+	})
+	got := map[string]Action{}
+	for _, s := range p.Steps {
+		got[s.GuestID] = s.Action
+	}
+	want := map[string]Action{"db": SnapshotMove, "session-small": SnapshotMove, "session-big": Reconstruct}
+	for id, a := range want {
+		if got[id] != a {
+			t.Fatalf("plan %+v: %s is %s, want %s", p.Steps, id, got[id], a)
+		}
+	}
+	if p.Steps[0].GuestID != "session-big" || p.Steps[1].GuestID != "db" {
+		t.Fatalf("order %+v: want reconstructions, then the stateful move, then the stateless one", p.Steps)
+	}
 }
 
 // TestSPOT3_ProcessRuntimeGuestsAreReconstructedOrLost: the process runtime cannot snapshot,

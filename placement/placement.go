@@ -24,6 +24,7 @@ const (
 	ReasonPressure                         // intake closed: pressure gate (ADM-8)
 	ReasonRegionMismatch                   // not in the requested region
 	ReasonPoolMismatch                     // not an allowed pool, volume pinned elsewhere, preemptible for stateful (POOL-2/3)
+	ReasonCannotRestore                    // its runtime cannot restore a checkpoint image, for a resume or a move (ISO-4, PAUSE-1)
 	ReasonSaturated                        // refused this request already (starts saturated, lost race, unreachable) (PLC-7)
 	ReasonInsufficientMemory               // live and eligible but the charge does not fit (ADM-7)
 	numReasons
@@ -36,6 +37,7 @@ var reasonNames = [numReasons]string{
 	ReasonPressure:           "pressure",
 	ReasonRegionMismatch:     "region_mismatch",
 	ReasonPoolMismatch:       "pool_mismatch",
+	ReasonCannotRestore:      "cannot_restore",
 	ReasonSaturated:          "saturated",
 	ReasonInsufficientMemory: "insufficient_memory",
 }
@@ -71,6 +73,7 @@ type Host struct {
 	IntakeOpen    bool
 	StreamRestore bool
 	Preemptible   bool
+	CanRestore    bool // its runtime restores checkpoint images (ISO-4)
 	ID            string
 	Region        string
 	Pool          string // "" means stateful (POOL-1)
@@ -84,7 +87,10 @@ type Request struct {
 	Region     string
 	Pool       string
 	VolumeHost string // agent id a volume pins the sandbox to (POOL-2); "" for none
-	Exclude    []int
+	// Restore is true for a resume or a snapshot move: only hosts that can restore a
+	// checkpoint image qualify (PAUSE-1, SPOT-3).
+	Restore bool
+	Exclude []int
 }
 
 // Options are the scheduler's knobs. StaleAfterNano is the staleness cutoff in nanoseconds
@@ -153,7 +159,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 	needStatefulPool := req.Stateful || req.VolumeHost != ""
 	// A request that names no region, pool, volume or exclusion and is stateless passes the
 	// region, pool and saturated filters on every host.
-	slow := b2i(req.Region != "" || req.Pool != "" || needStatefulPool || len(req.Exclude) > 0)
+	slow := b2i(req.Region != "" || req.Pool != "" || needStatefulPool || req.Restore || len(req.Exclude) > 0)
 	chargeFull := max(req.MemoryMiB, 0) // the largest charge any mode makes (ADM-4)
 	reserve := opt.Reserve
 	// A host's charge depends only on its mode: ask admission once per mode, not per host.
@@ -186,6 +192,8 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 				needStatefulPool && (h.Preemptible || poolOf(h) != berth.PoolStateful), // POOL-2/3
 				req.VolumeHost != "" && !eq(req.VolumeHost, h.ID):                      // POOL-2
 				r = ReasonPoolMismatch
+			case req.Restore && !h.CanRestore:
+				r = ReasonCannotRestore
 			case excluded(req.Exclude, i):
 				r = ReasonSaturated
 			}

@@ -36,8 +36,10 @@ func seenAgo(d time.Duration) func(*Host) { return func(h *Host) { h.LastSeenNan
 func admittable(m int64) func(*Host)      { return func(h *Host) { h.AdmittableMiB = m } }
 func pending(m int64) func(*Host)         { return func(h *Host) { h.PendingMiB = m } }
 func mode(m string) func(*Host)           { return func(h *Host) { h.Mode = m } }
-func pool(p string) func(*Host)           { return func(h *Host) { h.Pool = p } }
-func region(r string) func(*Host)         { return func(h *Host) { h.Region = r } }
+func restores(h *Host)                    { h.CanRestore = true }
+
+func pool(p string) func(*Host)   { return func(h *Host) { h.Pool = p } }
+func region(r string) func(*Host) { return func(h *Host) { h.Region = r } }
 
 var (
 	draining    = func(h *Host) { h.Draining = true }
@@ -168,6 +170,12 @@ func TestPLC1_PLC10_Filters(t *testing.T) {
 			hosts: []Host{host("vol-host", pool(berth.PoolEphemeral))},
 			req:   Request{MemoryMiB: gib, VolumeHost: "vol-host"},
 			want:  Decision{Index: -1, Total: 1, Live: 1, Rejected: rejected(map[Reason]int{ReasonPoolMismatch: 1})},
+		},
+		{
+			name:  "PAUSE-1 a resume goes only to a host whose runtime restores images",
+			hosts: []Host{host("a", admittable(1<<20)), host("gv", restores), host("c", admittable(1<<20))},
+			req:   Request{MemoryMiB: gib, Restore: true},
+			want:  Decision{Index: 1, ChargeMiB: gib, Total: 3, Live: 3, Rejected: rejected(map[Reason]int{ReasonCannotRestore: 2})},
 		},
 		{
 			name:  "PLC-7 excluded hosts count as saturated",
@@ -309,6 +317,7 @@ func TestPLC10_ReasonNames(t *testing.T) {
 		ReasonPressure:           "pressure",
 		ReasonRegionMismatch:     "region_mismatch",
 		ReasonPoolMismatch:       "pool_mismatch",
+		ReasonCannotRestore:      "cannot_restore",
 		ReasonSaturated:          "saturated",
 		ReasonInsufficientMemory: "insufficient_memory",
 		numReasons:               "unknown",

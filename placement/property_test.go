@@ -39,6 +39,7 @@ var hostGen = rapid.Custom(func(t *rapid.T) Host {
 		IntakeOpen:    !rare(t, "closed"),
 		Preemptible:   rapid.Bool().Draw(t, "preemptible"),
 		StreamRestore: rapid.Bool().Draw(t, "stream"),
+		CanRestore:    rapid.Bool().Draw(t, "canRestore"),
 		Region:        rapid.SampledFrom([]string{"eu", "us", ""}).Draw(t, "region"),
 		Pool:          rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool"),
 		Mode:          rapid.SampledFrom([]string{berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, "", "working-sex", "nonE"}).Draw(t, "mode"),
@@ -77,6 +78,8 @@ func reference(hosts []Host, i int, req Request, cutoff int64, reserve admission
 		(req.Stateful || req.VolumeHost != "") && (pool != berth.PoolStateful || h.Preemptible),
 		req.VolumeHost != "" && req.VolumeHost != h.ID:
 		return ReasonPoolMismatch, false
+	case req.Restore && !h.CanRestore:
+		return ReasonCannotRestore, false
 	case slices.Contains(req.Exclude, i):
 		return ReasonSaturated, false
 	case free.Cmp(charge) < 0:
@@ -110,6 +113,7 @@ func requestGen() *rapid.Generator[Request] {
 			req.Pool = rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool")
 			req.VolumeHost = rapid.SampledFrom([]string{"", "vol", "gone"}).Draw(t, "volume")
 			req.Exclude = rapid.SliceOfN(rapid.IntRange(-1, 25), 0, 4).Draw(t, "exclude")
+			req.Restore = rare(t, "restore")
 		}
 		return req
 	})

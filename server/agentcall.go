@@ -39,6 +39,23 @@ func (c *agentCaller) create(ctx context.Context, addr string, ac berth.AgentCre
 	return err
 }
 
+// checkpoint has the agent checkpoint sandbox id into the snapshot store as image and stop it
+// (PAUSE-1); timeout bounds the checkpoint and the upload.
+func (c *agentCaller) checkpoint(ctx context.Context, addr, id, image string, timeout time.Duration) (berth.CheckpointResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var res berth.CheckpointResult
+	b, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/checkpoint", nil,
+		berth.CheckpointRequest{Image: image}, http.StatusOK)
+	if err != nil {
+		return res, err
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, berth.Errorf(berth.EUnavailable, "agent answered checkpoint with bad JSON: %v", err)
+	}
+	return res, nil
+}
+
 func (c *agentCaller) delete(ctx context.Context, addr, id string) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
@@ -58,19 +75,83 @@ func (c *agentCaller) exec(ctx context.Context, addr, id string, req berth.ExecR
 	return res, nil
 }
 
-func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, data []byte) error {
-	ctx, cancel := c.bounded(ctx)
+// fileTimeout bounds one file transfer between server and agent: long enough for the
+// largest file on a slow link, short enough that a stuck agent frees the request.
+const fileTimeout = 10 * time.Minute
+
+// writeFile streams body (size bytes, -1 when unknown) into path in sandbox id (ISO-3): the
+// server holds one buffer of it at a time, never the whole file.
+func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body io.Reader, size int64) error {
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
-	q := url.Values{"path": {path}}
-	_, err := c.do(ctx, http.MethodPut, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/files", q, data, http.StatusNoContent)
-	return err
+	if addr == "" {
+		return berth.Errorf(berth.EUnavailable, "agent has no address yet")
+	}
+	u := addr + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, body)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set(berth.HeaderNodeToken, c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	return agentError(resp)
 }
 
-func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) ([]byte, error) {
-	ctx, cancel := c.bounded(ctx)
-	defer cancel()
-	q := url.Values{"path": {path}}
-	return c.do(ctx, http.MethodGet, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/files", q, nil, http.StatusOK)
+// readFile opens path in sandbox id and returns the agent's stream of it and its size.
+func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) (io.ReadCloser, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
+	if addr == "" {
+		cancel()
+		return nil, 0, berth.Errorf(berth.EUnavailable, "agent has no address yet")
+	}
+	u := addr + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		cancel()
+		return nil, 0, berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+	}
+	req.Header.Set(berth.HeaderNodeToken, c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		return nil, 0, berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, 0, agentError(resp)
+	}
+	return cancelCloser{resp.Body, cancel}, resp.ContentLength, nil
+}
+
+// cancelCloser ends a request's context when its body is closed.
+type cancelCloser struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelCloser) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
+
+// agentError decodes an agent's API-2 error answer; anything else is unavailable.
+func agentError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var eb berth.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+		return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+	}
+	return berth.Errorf(berth.EUnavailable, "agent answered %s", resp.Status)
 }
 
 func (c *agentCaller) drain(ctx context.Context, addr string, draining bool, reason string) error {
@@ -127,11 +208,8 @@ func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.V
 	if resp.StatusCode == want {
 		return b, nil
 	}
-	var eb berth.ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-		return nil, &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
-	}
-	return nil, berth.Errorf(berth.EUnavailable, "agent answered %s", resp.Status)
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return nil, agentError(resp)
 }
 
 // serve starts a sandbox's service: the long-running command of an app (APP-1).

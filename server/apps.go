@@ -220,7 +220,7 @@ func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request, p principal) 
 			return berth.Errorf(berth.EUnavailable, "delete app: %v", err)
 		}
 		s.appChanged(name) // requests held for it answer app_not_found now
-		for _, id := range append(a.Retire, a.SandboxID) {
+		for _, id := range append(a.Retire, a.SandboxID, a.PausedSandbox) {
 			if id != "" {
 				s.retireSandbox(r.Context(), id, "app "+name+" deleted")
 			}

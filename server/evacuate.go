@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -15,8 +16,10 @@ import (
 // preemption notice hands over its triage plan, and the server carries out the steps only a
 // control plane can: a reconstructible sandbox is recreated elsewhere from its template
 // through the normal scheduler (evacuating → reconstructed, or lost if no host takes it
-// before the deadline); a budgeted loss is recorded as lost with its reason. Every outcome
-// is an event. Snapshot moves need a runtime that can snapshot and end lost here.
+// before the deadline, retried until then); a snapshot move is checkpointed on this agent and
+// restored on another (moveBySnapshot); a budgeted loss is recorded as lost with its reason.
+// Every outcome is an event. Steps run in the plan's order (reconstructions, then moves
+// smallest first, then losses).
 func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) {
 	if err := s.auth.node(r); err != nil {
 		s.writeError(w, r, err)
@@ -62,36 +65,146 @@ func (s *Server) evacuateOne(ctx context.Context, agentID, actor string, step be
 		out.State, out.Reason = state, reason
 		return out
 	}
-	if step.Action != "reconstruct" {
-		return end(berth.SandboxLost, "budgeted loss under a preemption notice: "+step.Reason)
-	}
-	if app := sb.Metadata["app"]; app != "" {
+	if app := sb.Metadata["app"]; app != "" && step.Action != "loss" {
 		// An app's sandbox is rebuilt by its reconciler (files, command, readiness, routing),
 		// not as a bare copy: hand it over now, inside the notice, instead of at lease expiry.
 		defer s.kickApps()
 		return end(berth.SandboxReconstructed, "preemption notice: app "+app+"'s reconciler starts it on another host")
 	}
-	if _, err := s.store.TransitionSandbox(rec, sb.ID, nil, berth.SandboxEvacuating,
-		"preemption notice: recreating it elsewhere from its template", actor, s.cfg.Clock()); err != nil {
+	switch step.Action {
+	case "reconstruct":
+		return s.reconstruct(ctx, sb, actor, "preemption notice: recreating it elsewhere from its template")
+	case "snapshot_move":
+		return s.moveBySnapshot(ctx, sb, actor)
+	}
+	return end(berth.SandboxLost, "budgeted loss under a preemption notice: "+step.Reason)
+}
+
+// deadlineText says when ctx's deadline is, for event reasons.
+func deadlineText(ctx context.Context) string {
+	if d, ok := ctx.Deadline(); ok {
+		return "hard deadline " + d.UTC().Format(time.RFC3339)
+	}
+	return "no deadline"
+}
+
+// reconstruct recreates sb elsewhere from its template through the normal scheduler
+// (evacuating → reconstructed with its replacement), retrying refusals until ctx's deadline
+// (the notice's hard deadline), not once; lost if no host takes it by then.
+func (s *Server) reconstruct(ctx context.Context, sb berth.Sandbox, actor, why string) berth.EvacuateOutcome {
+	rec := context.WithoutCancel(ctx)
+	out := berth.EvacuateOutcome{SandboxID: sb.ID}
+	end := func(state berth.SandboxState, reason string) berth.EvacuateOutcome {
+		if _, err := s.store.TransitionSandbox(rec, sb.ID, nil, state, reason, actor, s.cfg.Clock()); err != nil {
+			s.log.Error("could not record an evacuation outcome", "sandbox", sb.ID, "err", err)
+		}
+		out.State, out.Reason = state, reason
+		return out
+	}
+	if _, err := s.store.TransitionSandbox(rec, sb.ID, nil, berth.SandboxEvacuating, why+"; "+deadlineText(ctx), actor, s.cfg.Clock()); err != nil {
 		return end(berth.SandboxLost, "could not start its evacuation: "+err.Error())
 	}
-	now := s.cfg.Clock().UTC()
 	meta := maps.Clone(sb.Metadata)
 	if meta == nil {
 		meta = map[string]string{}
 	}
 	meta["evacuated_from"] = sb.ID
-	repl := berth.Sandbox{
-		ID: newID("sb"), Template: sb.Template, Tenant: sb.Tenant, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
-		Stateful: sb.Stateful, CreatedAt: now, ExpiresAt: sb.ExpiresAt, Metadata: meta,
-	}
-	if !repl.ExpiresAt.After(now) {
-		repl.ExpiresAt = now.Add(time.Minute)
-	}
-	placed, err := s.sched.place(ctx, repl, berth.CreateRequest{}, actor)
+	var placed berth.Sandbox
+	err := s.untilDeadline(ctx, func() error {
+		now := s.cfg.Clock().UTC()
+		repl := berth.Sandbox{
+			ID: newID("sb"), Template: sb.Template, Tenant: sb.Tenant, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
+			Stateful: sb.Stateful, CreatedAt: now, ExpiresAt: sb.ExpiresAt, Metadata: meta,
+		}
+		if !repl.ExpiresAt.After(now) {
+			repl.ExpiresAt = now.Add(time.Minute)
+		}
+		var err error
+		placed, err = s.sched.place(ctx, repl, berth.CreateRequest{}, actor)
+		return err
+	})
 	if err != nil {
 		return end(berth.SandboxLost, fmt.Sprintf("could not be recreated before the notice deadline: %v", err))
 	}
 	out.Replacement = placed.ID
 	return end(berth.SandboxReconstructed, fmt.Sprintf("recreated as sandbox/%s on agent/%s", placed.ID, placed.AgentID))
+}
+
+// moveBySnapshot moves sb by its memory (SPOT-3, PAUSE-2): evacuating → snapshotting (its
+// agent checks that the init answers, checkpoints it and stores the image) → paused →
+// resuming → running on another host that restores it, stateful ones on the stateful pool
+// only, retrying refusals until the deadline. A snapshot that fails or times out falls back:
+// a stateless guest is reconstructed from its template, a stateful one is lost with the real
+// reason. A guest whose image is stored but that no host can take before the deadline stays
+// paused — its memory is safe — and can be resumed later.
+func (s *Server) moveBySnapshot(ctx context.Context, sb berth.Sandbox, actor string) berth.EvacuateOutcome {
+	rec := context.WithoutCancel(ctx)
+	out := berth.EvacuateOutcome{SandboxID: sb.ID}
+	ok, err := s.store.TransitionSandbox(rec, sb.ID, []berth.SandboxState{berth.SandboxRunning}, berth.SandboxEvacuating,
+		"preemption notice: moving it by snapshot; "+deadlineText(ctx), actor, s.cfg.Clock())
+	if err != nil || !ok {
+		out.State, out.Reason = sb.State, fmt.Sprintf("could not start its evacuation (ok %t): %v", ok, err)
+		return out
+	}
+	paused, res, err := s.checkpointSandbox(ctx, sb, []berth.SandboxState{berth.SandboxEvacuating}, berth.SandboxSnapshotting,
+		"preemption notice: snapshotting it; "+deadlineText(ctx), actor)
+	if err != nil {
+		why := "its snapshot failed: " + berth.ErrorMessage(err)
+		if ctx.Err() != nil {
+			why = "its snapshot did not finish before the notice's hard deadline: " + berth.ErrorMessage(err)
+		}
+		if !sb.Stateful {
+			return s.reconstruct(ctx, sb, actor, why+"; recreating it from its template instead")
+		}
+		cur, _ := s.store.Sandbox(rec, sb.ID)
+		if cur.State.Terminal() {
+			out.State, out.Reason = cur.State, cur.Reason
+			return out
+		}
+		if _, err := s.store.TransitionSandbox(rec, sb.ID, nil, berth.SandboxLost, why, actor, s.cfg.Clock()); err != nil {
+			s.log.Error("could not record an evacuation outcome", "sandbox", sb.ID, "err", err)
+		}
+		out.State, out.Reason = berth.SandboxLost, why
+		return out
+	}
+	var placed berth.Sandbox
+	err = s.untilDeadline(ctx, func() error {
+		var err error
+		placed, err = s.resume(ctx, paused, []berth.SandboxState{berth.SandboxPaused}, actor)
+		return err
+	})
+	if err != nil {
+		out.State = berth.SandboxPaused
+		out.Reason = fmt.Sprintf("its image is stored but no host restored it before the notice deadline (%v): it stays paused; resume it when room frees", err)
+		s.log.Error("evacuated sandbox left paused", "sandbox", sb.ID, "err", err)
+		return out
+	}
+	out.State = berth.SandboxRunning
+	out.Reason = fmt.Sprintf("moved from agent/%s to agent/%s by snapshot (%d MiB resident, %.1f MiB stored, checkpoint %d ms, upload %d ms)",
+		sb.AgentID, placed.AgentID, res.ResidentMiB, float64(res.StoredBytes)/(1<<20), res.CheckpointMS, res.UploadMS)
+	return out
+}
+
+// untilDeadline calls try until it succeeds, fails with a code a retry cannot fix, or ctx's
+// deadline leaves no time to wait a refusal's Retry-After (at least 100 ms) once more.
+func (s *Server) untilDeadline(ctx context.Context, try func() error) error {
+	for {
+		err := try()
+		var be *berth.Error
+		if err == nil || !errors.As(err, &be) || !be.Retryable() || ctx.Err() != nil {
+			return err
+		}
+		wait := 250 * time.Millisecond
+		if be.RetryAfter > 0 {
+			wait = min(be.RetryAfter, 2*time.Second) // the fleet changes fast under a notice
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }

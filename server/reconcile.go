@@ -93,17 +93,25 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 		if a.Desired == berth.DesireStopped {
 			target = berth.AppStopped
 		}
-		if a.SandboxID == "" && a.State == target {
+		if a.SandboxID == "" && a.State == target && (target == berth.AppHibernated || a.PausedSandbox == "") {
 			return
 		}
-		why := a.Reason
+		why := cmp.Or(a.Reason, string(a.Desired))
+		if target == berth.AppHibernated && a.SandboxID != "" && s.sched.canCheckpoint(a.AgentID) {
+			s.pauseApp(ctx, a, why)
+			return
+		}
 		s.settle(ctx, a.Name, func(a *berth.App) error {
 			if a.Desired == berth.DesireRunning {
 				return errSuperseded
 			}
 			s.unserve(a)
+			if a.Desired == berth.DesireStopped && a.PausedSandbox != "" {
+				a.Retire = append(a.Retire, a.PausedSandbox) // a stopped app keeps no memory
+				a.PausedSandbox, a.PausedVersion = "", 0
+			}
 			resetStart(a)
-			a.State, a.Reason = target, cmp.Or(why, string(a.Desired))
+			a.State, a.Reason = target, why
 			return nil
 		})
 		return
@@ -143,12 +151,13 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 				last = v.(time.Time)
 			}
 			if idle := now.Sub(last); idle >= time.Duration(a.IdleSeconds)*time.Second {
+				// Desired only: the hibernation itself (a pause where the runtime can
+				// checkpoint, else a stop) is the next round's, run at once.
 				s.settle(ctx, a.Name, func(a *berth.App) error {
 					if a.State != berth.AppRunning || a.Desired != berth.DesireRunning || a.LastActive.After(last) {
 						return errSuperseded
 					}
-					s.unserve(a)
-					a.Desired, a.State = berth.DesireHibernated, berth.AppHibernated
+					a.Desired = berth.DesireHibernated
 					a.Reason = fmt.Sprintf("no request for %s (idle_seconds %d): hibernated", idle.Round(time.Second), a.IdleSeconds)
 					return nil
 				})
@@ -168,6 +177,9 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 		return
 	}
 	if a.State == berth.AppError {
+		return
+	}
+	if a.SandboxID == "" && a.PausedSandbox != "" && !s.wakePaused(ctx, a) {
 		return
 	}
 	// Room on a host is no news to an app its tenant's quota holds back: that one keeps its
@@ -193,8 +205,8 @@ func (s *Server) roomFor(ctx context.Context, a berth.App) bool {
 }
 
 // startApp places a sandbox for a's current version, sets it up (files, then the command),
-// waits until it answers on its port and switches the app to it; the sandbox it replaces is
-// retired. Refusals and failures are recorded on the app (APP-2).
+// waits until it answers on its port and switches the app to it (switchApp); the sandbox it
+// replaces is retired. Refusals and failures are recorded on the app (APP-2).
 func (s *Server) startApp(ctx context.Context, a berth.App) {
 	t, err := s.templates.get(ctx, a.Spec.Template)
 	if errors.Is(err, berth.ErrNotFound) {
@@ -256,11 +268,19 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 		s.startFailed(ctx, a, code == berth.EServiceExited || code == berth.EUpstream, err)
 		return
 	}
-	version := a.Version
+	s.switchApp(ctx, a, placed, a.Version)
+}
+
+// switchApp makes sandbox placed (running version) serve app a, retiring what served before
+// after a grace; if the app changed meanwhile, placed is stopped instead.
+func (s *Server) switchApp(ctx context.Context, a berth.App, placed berth.Sandbox, version int) {
 	var waited time.Time
 	switched, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
-		if a.Version != version || a.Desired != berth.DesireRunning {
+		if a.Desired != berth.DesireRunning || (a.Version != version && a.PausedSandbox != placed.ID) {
 			return errSuperseded
+		}
+		if a.PausedSandbox == placed.ID {
+			a.PausedSandbox, a.PausedVersion = "", 0
 		}
 		if a.SandboxID == placed.ID {
 			return errSuperseded // another replica switched to it already
@@ -307,7 +327,7 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 func (s *Server) setUpApp(ctx context.Context, addr, id string, a berth.App) error {
 	spec := a.Spec
 	for _, p := range slices.Sorted(maps.Keys(spec.Files)) {
-		if err := s.agents.writeFile(ctx, addr, id, "/tmp/"+p, []byte(spec.Files[p])); err != nil {
+		if err := s.agents.writeFile(ctx, addr, id, "/tmp/"+p, strings.NewReader(spec.Files[p]), int64(len(spec.Files[p]))); err != nil {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
 	}
@@ -315,6 +335,15 @@ func (s *Server) setUpApp(ctx context.Context, addr, id string, a berth.App) err
 	if err != nil && berth.ErrorCode(err) != berth.EServiceRunning { // running: another replica started it
 		return fmt.Errorf("start the command: %w", err)
 	}
+	return s.waitServing(ctx, addr, id, a)
+}
+
+// waitServing waits until something answers on a's port in sandbox id (any HTTP answer), its
+// command exits (service_exited, with its output) or AppStartTimeout passes. Every second of
+// the wait it re-reads the app: a start whose app was deleted, redeployed or hibernated
+// meanwhile gives up (errSuperseded).
+func (s *Server) waitServing(ctx context.Context, addr, id string, a berth.App) error {
+	spec := a.Spec
 	deadline := time.Now().Add(s.cfg.AppStartTimeout)
 	for polls := 0; ; {
 		err := s.agents.probe(ctx, addr, id, spec.Port)

@@ -36,6 +36,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", tenant(s.getSandbox))
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", tenant(s.deleteSandbox))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", tenant(s.execSandbox))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", tenant(s.pauseSandbox))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", tenant(s.resumeSandbox))
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", tenant(s.writeFile))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files", tenant(s.readFile))
 

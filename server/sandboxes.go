@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"strconv"
@@ -105,7 +106,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		ID: newID("sb"), Template: t.Name, Tenant: p.Tenant,
 		MemoryMiB: cmp.Or(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		Metadata: req.Metadata, IdempotencyKey: idem,
+		Metadata: req.Metadata, IdempotencyKey: idem, Volume: req.Volume,
 	}
 	if req.Volume != "" {
 		// Durable data makes it stateful: charged in full, never evicted, stateful pool only
@@ -189,11 +190,14 @@ func (s *Server) createIdempotent(ctx context.Context, sb berth.Sandbox, req ber
 	}
 }
 
-// discard stops a sandbox nobody can own and records why, on a context of its own.
+// discard stops a sandbox nobody can own and records why, on a context of its own; a paused
+// one's image is removed instead.
 func (s *Server) discard(ctx context.Context, sb berth.Sandbox, reason string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if addr, err := s.agentAddress(cctx, sb.AgentID); err == nil {
+	if sb.State == berth.SandboxPaused {
+		s.deleteImages(cctx, sb.ID+"/")
+	} else if addr, err := s.agentAddress(cctx, sb.AgentID); err == nil {
 		if err := s.agents.delete(cctx, addr, sb.ID); err != nil {
 			s.log.Warn("could not stop a discarded sandbox; its TTL will", "sandbox", sb.ID, "err", err)
 		} else {
@@ -278,6 +282,16 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 		return err
 	}
 	actor := "tenant/" + p.Tenant
+	if sb.State == berth.SandboxPaused {
+		// On no host: its image is all there is (PAUSE-1).
+		s.deleteImages(r.Context(), sb.ID+"/")
+		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, []berth.SandboxState{berth.SandboxPaused}, berth.SandboxStopped,
+			"deleted while paused; its image removed", actor, s.cfg.Clock()); err != nil {
+			return berth.Errorf(berth.EUnavailable, "record stopped: %v", err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if !sb.State.Terminal() {
 		now := s.cfg.Clock()
 		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, nil, berth.SandboxStopping, "delete requested", actor, now); err != nil {
@@ -319,6 +333,9 @@ func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.S
 	sb, err := s.sandboxFor(ctx, p, id)
 	if err != nil {
 		return sb, "", err
+	}
+	if sb.State == berth.SandboxPaused {
+		return sb, "", berth.Errorf(berth.EConflict, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)", id, id)
 	}
 	if sb.State != berth.SandboxRunning {
 		return sb, "", berth.Errorf(berth.EConflict, "sandbox %s is %s, not running", id, sb.State)
@@ -374,26 +391,35 @@ func filePath(r *http.Request) (string, error) {
 	return p, nil
 }
 
+// writeFile is PUT /v1/sandboxes/{id}/files?path=: the body streams through to the sandbox
+// (ISO-3), at most 64 MiB; a body cut short writes nothing.
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, p principal) error {
 	fp, err := filePath(r)
 	if err != nil {
 		return err
 	}
-	data, err := httpjson.ReadBody(w, r, maxFileBytes)
-	if err != nil {
-		return err
+	if r.ContentLength > maxFileBytes {
+		return berth.Errorf(berth.ETooLarge, "file of %d bytes is over %d", r.ContentLength, maxFileBytes)
 	}
 	sb, addr, err := s.runningOn(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if err := s.agents.writeFile(r.Context(), addr, sb.ID, fp, data); err != nil {
+	body := http.MaxBytesReader(w, r.Body, maxFileBytes)
+	err = s.agents.writeFile(r.Context(), addr, sb.ID, fp, body, r.ContentLength)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return berth.Errorf(berth.ETooLarge, "file over %d bytes", maxFileBytes)
+	}
+	if err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
+// readFile is GET /v1/sandboxes/{id}/files?path=: the file streams from the sandbox with its
+// Content-Length.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, p principal) error {
 	fp, err := filePath(r)
 	if err != nil {
@@ -403,11 +429,17 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, p principal) e
 	if err != nil {
 		return err
 	}
-	data, err := s.agents.readFile(r.Context(), addr, sb.ID, fp)
+	rc, size, err := s.agents.readFile(r.Context(), addr, sb.ID, fp)
 	if err != nil {
 		return err
 	}
+	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	_, _ = w.Write(data)
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("file read cut", "sandbox", sb.ID, "err", err)
+	}
 	return nil
 }

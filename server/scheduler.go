@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -90,6 +89,7 @@ func hostOf(a berth.Agent, pendingMiB int64, now time.Time) placement.Host {
 		IntakeOpen:    a.IntakeOpen,
 		Preemptible:   a.Preemptible,
 		StreamRestore: a.StreamRestoreEnabled,
+		CanRestore:    a.Checkpoint,
 		Region:        a.Region,
 		Pool:          a.Pool,
 		Mode:          a.MemoryAdmission,
@@ -183,6 +183,15 @@ func (s *scheduler) address(agentID string) (string, bool) {
 	return "", false
 }
 
+// canCheckpoint reports whether the snapshot says agentID's runtime checkpoints and
+// restores guests (ISO-4).
+func (s *scheduler) canCheckpoint(agentID string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.index[agentID]
+	return ok && s.hosts[i].CanRestore
+}
+
 // adjustPending adds delta MiB to the cached pending reservations of an agent.
 func (s *scheduler) adjustPending(agentID string, delta int64) {
 	s.mu.Lock()
@@ -190,161 +199,6 @@ func (s *scheduler) adjustPending(agentID string, delta int64) {
 		s.hosts[i].PendingMiB = max(s.hosts[i].PendingMiB+delta, 0)
 	}
 	s.mu.Unlock()
-}
-
-// errIdempotent is returned by place when another create already holds the sandbox's
-// Idempotency-Key; the caller answers with that create's sandbox (API-4).
-var errIdempotent = errors.New("idempotency key held by another create")
-
-// place finds a host for sb, reserves its charge in the ledger, records the sandbox as
-// starting on that host (holding its Idempotency-Key, so a retry on any replica finds it)
-// and has the agent start it; it returns the running sandbox. Each host tried is one
-// attempt with its own sandbox id: when an agent refuses (PLC-7), the attempt's reservation
-// is released, its row ends failed with the agent's reason (freeing the key) and the next
-// host is tried, up to cfg.MaxHostsPerCreate. If the request dies mid-way, the cleanup runs
-// on a context of its own; if the whole replica dies, the row is promoted by the agent's
-// heartbeat or failed by the sweeper, and the reservation expires (LED-2).
-//
-// Errors are *berth.Error refusals (no_capacity, no_healthy_agents, host_starts_saturated,
-// with host counts and Retry-After), unavailable when the store fails, or errIdempotent.
-func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string) (berth.Sandbox, error) {
-	if err := s.refreshIfStale(ctx); err != nil {
-		return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
-	}
-	preq := placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool}
-	pinned := false
-	if req.Volume != "" {
-		// POOL-2: a volume lands only on its host; a new one is pinned where it first lands.
-		v, err := s.store.Volume(ctx, sb.Tenant, req.Volume)
-		switch {
-		case err == nil:
-			preq.VolumeHost, pinned = v.AgentID, true
-		case errors.Is(err, berth.ErrNotFound):
-			// Not pinned yet: any stateful-pool host (a volume sandbox is stateful).
-		default:
-			return sb, berth.Errorf(berth.EUnavailable, "read volume: %v", err)
-		}
-	}
-	excluded := map[string]string{} // agent id → code it refused with
-	reread := false
-	var lastAgentErr error
-	for attempt := 0; ; {
-		d, host, addr := s.pick(preq, excluded)
-		if d.Index < 0 {
-			if !reread {
-				// PLC-6: never serve a refusal from the cache.
-				reread = true
-				if err := s.refresh(ctx); err != nil {
-					return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
-				}
-				continue
-			}
-			return sb, s.refusal(ctx, d, sb, lastAgentErr)
-		}
-		if attempt >= s.cfg.MaxHostsPerCreate {
-			d.Rejected[placement.ReasonSaturated]++ // the host it would try next, had it the patience
-			return sb, s.refusal(ctx, d, sb, lastAgentErr)
-		}
-		attempt++
-		if attempt > 1 {
-			sb.ID = newID("sb") // a new attempt is a new sandbox; the refused one stays failed
-		}
-		now := s.cfg.Clock()
-		res := berth.Reservation{
-			ID: newID("rsv"), AgentID: host, SandboxID: sb.ID, MiB: d.ChargeMiB,
-			Owner: s.cfg.ReplicaID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.ReservationTTL),
-		}
-		ok, err := s.store.Reserve(ctx, res, now)
-		if err != nil {
-			return sb, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
-		}
-		if !ok {
-			// The store knows more than the snapshot (another create took the room): refresh,
-			// so the next Pick sees the ledger as it is and judges the host on memory.
-			if err := s.refresh(ctx); err != nil {
-				return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
-			}
-			continue
-		}
-		s.adjustPending(host, res.MiB)
-		release := s.releaser(res)
-		if req.Volume != "" && !pinned {
-			v, err := s.store.PinVolume(ctx, berth.Volume{Tenant: sb.Tenant, Name: req.Volume, AgentID: host}, actor, s.cfg.Clock())
-			if err != nil {
-				release()
-				return sb, berth.Errorf(berth.EUnavailable, "pin volume: %v", err)
-			}
-			pinned = true
-			if v.AgentID != host {
-				// Another create pinned it first, elsewhere: go there instead.
-				release()
-				preq.VolumeHost = v.AgentID
-				continue
-			}
-		}
-		sb.AgentID, sb.State, sb.Reason = host, berth.SandboxStarting, "placed on agent/"+host
-		if err := s.store.CreateSandbox(ctx, sb, actor, s.cfg.Clock()); err != nil {
-			release()
-			if errors.Is(err, berth.ErrIdempotencyConflict) {
-				return sb, errIdempotent
-			}
-			if errors.Is(err, berth.ErrOverQuota) {
-				// A concurrent create took the last of the quota since the pre-check.
-				return sb, berth.Errorf(berth.ETenantOverQuota, "%v", err)
-			}
-			return sb, berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
-		}
-		// The start is not tied to the client's patience: once sent it completes (bounded
-		// by AgentTimeout), and a sandbox whose client left is then discarded or kept for
-		// its Idempotency-Key, instead of being torn mid-start.
-		err = s.agents.create(context.WithoutCancel(ctx), addr, berth.AgentCreate{
-			ID: sb.ID, Template: sb.Template, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
-			Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt, Volume: volumeKey(sb.Tenant, req.Volume),
-		})
-		if err == nil {
-			s.recordOutcome(ctx, host, false, actor)
-			// Recorded whatever the client does meanwhile: the agent runs it now.
-			ok, err := s.store.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, []berth.SandboxState{berth.SandboxStarting},
-				berth.SandboxRunning, "agent started it", actor, s.cfg.Clock())
-			if err == nil && !ok {
-				// Something else moved it first (its agent's heartbeat already promoted it,
-				// or it ended): report what the store holds.
-				if cur, err := s.store.Sandbox(context.WithoutCancel(ctx), sb.ID); err == nil {
-					return cur, nil
-				}
-			}
-			if err != nil {
-				s.abandon(ctx, sb, addr, true, release, "recording running failed: "+err.Error(), actor)
-				return sb, berth.Errorf(berth.EUnavailable, "record running: %v", err)
-			}
-			sb.State, sb.Reason = berth.SandboxRunning, "agent started it"
-			return sb, nil
-		}
-		code := berth.ErrorCode(err)
-		// An explicit refusal (full, saturated) means the agent holds nothing; a failure
-		// (runtime error, timeout, unreachable) leaves its side unknown, so it is told to
-		// stop the sandbox, and it counts toward quarantine (PLC-9): the host accepted the
-		// create and did not deliver.
-		failed := code == berth.EInternal || code == berth.EUnavailable
-		s.abandon(ctx, sb, addr, failed, release, fmt.Sprintf("agent/%s: %v", host, err), actor)
-		if failed {
-			s.recordOutcome(ctx, host, true, actor)
-		}
-		if ctx.Err() != nil {
-			return sb, berth.Errorf(berth.EUnavailable, "create cancelled: the client went away")
-		}
-		lastAgentErr = err
-		excluded[host] = code
-		s.cfg.Logger.Info("agent refused create; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
-	}
-}
-
-// volumeKey is the agent's name for a tenant's volume, "<tenant>/<name>" ("" for none).
-func volumeKey(tenant, name string) string {
-	if name == "" {
-		return ""
-	}
-	return tenant + "/" + name
 }
 
 // recordOutcome feeds PLC-9: every failed create on a host, and a success on a host that had
@@ -369,25 +223,6 @@ func (s *scheduler) recordOutcome(ctx context.Context, agentID string, failed bo
 		s.cfg.Logger.Warn("agent quarantined", "agent", agentID, "failures", a.CreateFailures, "until", a.QuarantinedUntil)
 	}
 	s.observe(a)
-}
-
-// abandon undoes one attempt: when the agent's side is unknown (stopAgent) it is told to
-// stop the sandbox, the reservation is released and the row ends failed, which frees its
-// Idempotency-Key. It runs on its own context: a client that went away must not leave a
-// reservation or a starting row behind (C20).
-func (s *scheduler) abandon(ctx context.Context, sb berth.Sandbox, addr string, stopAgent bool, release func(), reason, actor string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if stopAgent {
-		if err := s.agents.delete(cctx, addr, sb.ID); err != nil {
-			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", sb.ID, "err", err)
-		}
-	}
-	release()
-	if _, err := s.store.TransitionSandbox(cctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
-		berth.SandboxFailed, reason, actor, s.cfg.Clock()); err != nil {
-		s.cfg.Logger.Error("could not record an abandoned create; the starting sweeper will", "sandbox", sb.ID, "err", err)
-	}
 }
 
 // pick runs placement.Pick over the snapshot under the read lock (no I/O under it, PLC-8).

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/conf"
 	"github.com/prometheus/client_golang/prometheus"
+	"gocloud.dev/blob"
 )
 
 // Config holds the server's knobs; cmd/berth fills it (DefaultConfig first, then flags).
@@ -84,7 +85,13 @@ type Config struct {
 	// reconstruction) keeps running for the requests already routed to it (default 5 s).
 	AppDrainGrace time.Duration
 	AppsDomain    string
-	Logger        *slog.Logger
+	// Snapshots is the snapshot store the agents checkpoint into (SPOT-4, PAUSE-1): the
+	// server removes a paused sandbox's image when it is deleted or resumed. Nil: images are
+	// left to the store's own lifecycle rules. PauseTimeout bounds one checkpoint and its
+	// upload (default 10 min).
+	Snapshots    *blob.Bucket
+	PauseTimeout time.Duration
+	Logger       *slog.Logger
 	// Clock is the time source; tests may replace it.
 	Clock func() time.Time
 	// Registry receives the server's metrics; nil creates a private registry.
@@ -118,6 +125,7 @@ func DefaultConfig() Config {
 		AppBackoffBase:       berth.BackoffBase,
 		AppBackoffCap:        berth.BackoffCap,
 		AppDrainGrace:        5 * time.Second,
+		PauseTimeout:         10 * time.Minute,
 	}
 }
 
@@ -183,6 +191,7 @@ func New(cfg Config, st berth.Store) *Server {
 	cfg.AppBackoffBase = conf.Or(cfg.AppBackoffBase, def.AppBackoffBase)
 	cfg.AppBackoffCap = conf.Or(cfg.AppBackoffCap, def.AppBackoffCap)
 	cfg.AppDrainGrace = conf.Or(cfg.AppDrainGrace, def.AppDrainGrace)
+	cfg.PauseTimeout = conf.Or(cfg.PauseTimeout, def.PauseTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -276,6 +285,7 @@ func (s *Server) sweep(ctx context.Context) {
 	if err := s.sched.refreshIfStale(ctx); err == nil {
 		s.expireLeases(ctx)
 	}
+	s.settleCheckpoints(ctx)
 	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})
 	if err != nil {
 		return

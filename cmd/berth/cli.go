@@ -63,7 +63,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func newSandboxCmd(cf *clientFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sandboxes", "sb"}, Short: "Create, inspect, exec in and kill sandboxes"}
+	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sandboxes", "sb"}, Short: "Create, inspect, exec in, pause, resume and kill sandboxes"}
 	var req berth.CreateRequest
 	var quiet bool
 	create := &cobra.Command{
@@ -184,6 +184,38 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			return err
 		},
 	}
+	pause := &cobra.Command{
+		Use:   "pause ID",
+		Short: "Checkpoint a running sandbox (processes, memory, /tmp) and free its host; prints it as JSON (PAUSE-1)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.PauseSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), sb)
+		},
+	}
+	resume := &cobra.Command{
+		Use:   "resume ID",
+		Short: "Place a paused sandbox again and restore it as it was; waits like create when the fleet is full (PAUSE-1)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.ResumeSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), sb)
+		},
+	}
 	kill := &cobra.Command{
 		Use: "kill ID", Aliases: []string{"delete", "rm"}, Short: "Stop and delete a sandbox", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -198,7 +230,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, get, exec, write, read, kill)
+	cmd.AddCommand(create, list, get, exec, write, read, pause, resume, kill)
 	return cmd
 }
 

@@ -15,10 +15,10 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/sqlite"
 	"github.com/spf13/cobra"
+	"gocloud.dev/blob"
 )
 
 // devConfig is `berth dev`'s configuration (SPEC §13 pins the first seven flags).
@@ -34,9 +34,12 @@ type devConfig struct {
 	ReservationTTL    time.Duration
 	DrainDeadline     time.Duration
 	EvictFloorMiB     int64
-	Isolate           string
+	Runtime           runtimeFlags
 	AppsDomain        string
 	Logger            *slog.Logger
+	// agentHook, for tests, adjusts agent i's config (0-based) before it starts, e.g. to
+	// watch a loopback metadata server for notices.
+	agentHook func(i int, c *agent.Config)
 }
 
 func defaultDevConfig() devConfig {
@@ -50,7 +53,7 @@ func defaultDevConfig() devConfig {
 		HeartbeatInterval: 2 * time.Second,
 		StaleAfter:        30 * time.Second,
 		ReservationTTL:    60 * time.Second,
-		Isolate:           "auto",
+		Runtime:           defaultRuntimeFlags(),
 	}
 }
 
@@ -58,7 +61,7 @@ func newDevCmd() *cobra.Command {
 	cfg := defaultDevConfig()
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a server and N agents in one process on SQLite and the process runtime",
+		Short: "Run a server and N agents in one process on SQLite (gVisor sandboxes where runsc is installed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
@@ -92,7 +95,7 @@ func newDevCmd() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "agent heartbeat period")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry and reserve TTL (ADM-5, LED-2)")
-	f.StringVar(&cfg.Isolate, "isolate", cfg.Isolate, "sandbox isolation: auto, on or off")
+	cfg.Runtime.register(f)
 	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.Int64Var(&cfg.EvictFloorMiB, "evict-floor-mb", 0, "evict stateless sandboxes when an agent's available memory stays under this, MiB (ADM-9; default 5 % of its budget)")
 	return cmd
@@ -102,13 +105,15 @@ func newDevCmd() *cobra.Command {
 type devStack struct {
 	URL      string
 	AdminKey string
+	dataDir  string // the absolute --data directory
 	Store    berth.Store
 	Agents   []*agent.Agent
 
 	agentStop []context.CancelFunc
 	agentDone []chan struct{}
-	runtimes  []*process.Runtime
+	runtimes  []func() error // each agent's runtime's Close
 	stop      context.CancelFunc
+	snapshots *blob.Bucket
 	httpSrv   *http.Server
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -136,7 +141,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &devStack{Store: st, stop: cancel}
+	s := &devStack{Store: st, stop: cancel, dataDir: data}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -149,6 +154,13 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		return s, err
 	}
 
+	// One snapshot store for every agent: a guest paused on one resumes on another (PAUSE-1).
+	snapshots, err := openSnapshotStore(ctx, "file://"+filepath.Join(data, "snapshots"))
+	if err != nil {
+		return s, err
+	}
+	s.snapshots = snapshots
+
 	nodeToken := server.NewKeySecret()
 	scfg := server.DefaultConfig()
 	scfg.NodeToken = nodeToken
@@ -157,6 +169,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.ReservationTTL = cfg.ReservationTTL
 	scfg.DrainDeadline = cfg.DrainDeadline
 	scfg.AppsDomain = cfg.AppsDomain
+	scfg.Snapshots = snapshots
 	scfg.Logger = cfg.Logger
 	srv := server.New(scfg, st)
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -173,15 +186,11 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
 	for i := 1; i <= cfg.Agents; i++ {
 		id := fmt.Sprintf("dev-agent-%d", i)
-		rt, err := process.New(process.Config{
-			Dir:     filepath.Join(data, "agents", id),
-			Isolate: cfg.Isolate,
-			Logger:  cfg.Logger.With("agent", id),
-		})
+		rt, closeRT, err := cfg.Runtime.open(filepath.Join(data, "agents", id), cfg.Logger.With("agent", id))
 		if err != nil {
 			return s, fmt.Errorf("runtime for %s: %w", id, err)
 		}
-		s.runtimes = append(s.runtimes, rt)
+		s.runtimes = append(s.runtimes, closeRT)
 		acfg := agent.DefaultConfig()
 		acfg.ID = id
 		acfg.Admission = cfg.Admission
@@ -192,10 +201,15 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		acfg.ReserveTTL = cfg.ReservationTTL
 		acfg.VolumeDir = filepath.Join(data, "volumes", id) // beside, never under, the sandboxes' directory
 		acfg.EvictFloorMiB = cfg.EvictFloorMiB
+		acfg.SnapshotStore = snapshots
+		acfg.SnapshotDir = filepath.Join(data, "cache", id, "snapshots") // a cache: rebuildable (POOL-4)
 		acfg.ServerURL = s.URL
 		acfg.NodeToken = nodeToken
 		acfg.Logger = cfg.Logger
-		a, err := agent.New(acfg, agent.ProcessRuntime(rt))
+		if cfg.agentHook != nil {
+			cfg.agentHook(i-1, &acfg)
+		}
+		a, err := agent.New(acfg, rt)
 		if err != nil {
 			return s, err
 		}
@@ -249,10 +263,13 @@ func (s *devStack) Close() error {
 		for i := range s.agentStop {
 			s.StopAgent(i)
 		}
-		for _, rt := range s.runtimes {
-			if err := rt.Close(); err != nil {
+		for _, closeRT := range s.runtimes {
+			if err := closeRT(); err != nil {
 				s.closeErr = errors.Join(s.closeErr, err)
 			}
+		}
+		if s.snapshots != nil {
+			s.closeErr = errors.Join(s.closeErr, s.snapshots.Close())
 		}
 		s.stop()
 		if s.httpSrv != nil {

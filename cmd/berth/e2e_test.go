@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/gvisor"
 	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/pgtest"
@@ -27,6 +28,7 @@ import (
 
 func TestMain(m *testing.M) {
 	process.MaybeRunInit() // this test binary doubles as the sandboxes' init (AGT-3)
+	gvisor.MaybeRunInit()
 	if os.Getenv(envRunMain) == "1" {
 		// This test binary plays the berth binary for a replica the test runs as a real
 		// process (so it can be killed with SIGKILL).
@@ -45,9 +47,38 @@ func TestMain(m *testing.M) {
 // envRunMain makes the test binary run Main with its arguments instead of the tests.
 const envRunMain = "BERTH_TEST_RUN_MAIN"
 
-// bootDev starts the dev stack on 127.0.0.1:0 with real process sandboxes and stops it
-// (and every sandbox) when the test ends, pass or fail.
+// bootDev starts the dev stack on 127.0.0.1:0 with real process sandboxes (isolated as
+// root; unisolated, with --insecure, otherwise) and stops it (and every sandbox) when the
+// test ends, pass or fail. Tests of gVisor behaviour use bootGVisor.
 func bootDev(t *testing.T, mutate func(*devConfig)) *devStack {
+	t.Helper()
+	return boot(t, func(c *devConfig) {
+		c.Runtime.Runtime, c.Runtime.Insecure = runtimeProcess, os.Geteuid() != 0
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+}
+
+// bootGVisor is bootDev on the gvisor runtime, as `berth dev` runs where runsc is installed.
+// Without runsc (or root) the test skips locally and fails in CI, where .ci/run installs it.
+func bootGVisor(t *testing.T, mutate func(*devConfig)) *devStack {
+	t.Helper()
+	if _, err := gvisor.Find(""); err != nil || os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI runs the gVisor tests as root with runsc installed: %v (euid %d)", err, os.Geteuid())
+		}
+		t.Skipf("gVisor tests need root and runsc: %v (euid %d)", err, os.Geteuid())
+	}
+	return boot(t, func(c *devConfig) {
+		c.Runtime.Runtime = runtimeGVisor
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+}
+
+func boot(t *testing.T, mutate func(*devConfig)) *devStack {
 	t.Helper()
 	cfg := defaultDevConfig()
 	cfg.Listen = "127.0.0.1:0"

@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/gvisor"
 	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	// A re-executed copy of this binary may be a sandbox's init (AGT-3); it never returns.
+	// A re-executed copy of this binary may be a sandbox's init or a relay into one (AGT-3);
+	// then these never return.
 	process.MaybeRunInit()
+	gvisor.MaybeRunInit()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/berth-dev/berth/preempt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/preempt"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
@@ -130,7 +131,7 @@ func (f *pgFleet) processReplica(t *testing.T) (string, *exec.Cmd) {
 // agent starts a real agent (process runtime, committed admission) heartbeating to url.
 func (f *pgFleet) agent(t *testing.T, id, url string, memMiB int64) *agent.Agent {
 	t.Helper()
-	rt, err := process.New(process.Config{Dir: filepath.Join(t.TempDir(), id), Logger: f.log})
+	rt, err := process.New(process.Config{Dir: filepath.Join(t.TempDir(), id), Logger: f.log, Insecure: os.Geteuid() != 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +366,7 @@ func (f *pgFleet) processAgent(t *testing.T, url, id string, extra ...string) *e
 		_ = cmd.Wait()
 		// A killed agent cannot remove its cgroups or stop its sandboxes; a runtime on the
 		// same directory cleans up what an earlier run left, as a restarted agent would.
-		if rt, err := process.New(process.Config{Dir: dir, Logger: f.log}); err == nil {
+		if rt, err := process.New(process.Config{Dir: dir, Logger: f.log, Insecure: os.Geteuid() != 0}); err == nil {
 			_ = rt.Close()
 		}
 	})
@@ -426,7 +427,7 @@ func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runti
 	var prt *process.Runtime
 	if rt == nil {
 		var err error
-		prt, err = process.New(process.Config{Dir: dir, Logger: f.log})
+		prt, err = process.New(process.Config{Dir: dir, Logger: f.log, Insecure: os.Geteuid() != 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -497,7 +498,7 @@ func TestAGT6_RestartedAgentReconciles(t *testing.T) {
 // failingRuntime accepts nothing: every start fails, as a host with a broken runtime would.
 type failingRuntime struct{ starts atomic.Int64 }
 
-func (r *failingRuntime) Start(context.Context, string, int64, int, string) error {
+func (r *failingRuntime) Start(context.Context, agent.Spec) error {
 	r.starts.Add(1)
 	return errors.New("runtime broken: cannot create the sandbox")
 }
@@ -505,11 +506,11 @@ func (r *failingRuntime) Stop(context.Context, string) error { return nil }
 func (r *failingRuntime) Exec(context.Context, string, berth.ExecRequest) (berth.ExecResult, error) {
 	return berth.ExecResult{}, errors.New("broken")
 }
-func (r *failingRuntime) WriteFile(context.Context, string, string, []byte) error {
+func (r *failingRuntime) WriteFile(context.Context, string, string, io.Reader) error {
 	return errors.New("broken")
 }
-func (r *failingRuntime) ReadFile(context.Context, string, string) ([]byte, error) {
-	return nil, errors.New("broken")
+func (r *failingRuntime) ReadFile(context.Context, string, string) (io.ReadCloser, int64, error) {
+	return nil, 0, errors.New("broken")
 }
 func (r *failingRuntime) Measure(string) (agent.Measurement, error) { return agent.Measurement{}, nil }
 

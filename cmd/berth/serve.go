@@ -14,7 +14,6 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/berth-dev/berth/preempt"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/postgres"
@@ -26,7 +25,7 @@ import (
 // the node token (env BERTH_NODE_TOKEN).
 func newServerCmd() *cobra.Command {
 	cfg := server.DefaultConfig()
-	listen, data, storeSpec := "127.0.0.1:7070", defaultDataDir(), ""
+	listen, data, storeSpec, snapshotURL := "127.0.0.1:7070", defaultDataDir(), "", ""
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API and scheduler (one replica)",
@@ -51,6 +50,12 @@ func newServerCmd() *cobra.Command {
 			}
 			if _, err := ensureAdminKey(ctx, st, filepath.Join(data, "admin.key")); err != nil {
 				return err
+			}
+			if cfg.Snapshots, err = openSnapshotStore(ctx, snapshotURL); err != nil {
+				return err
+			}
+			if cfg.Snapshots != nil {
+				defer cfg.Snapshots.Close()
 			}
 			srv := server.New(cfg, st)
 			ln, err := net.Listen("tcp", listen)
@@ -86,6 +91,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.DurationVar(&cfg.AppWakeTimeout, "app-wake-timeout", cfg.AppWakeTimeout, "how long a request to a hibernated app is held while it wakes")
 	f.DurationVar(&cfg.AppStartTimeout, "app-start-timeout", cfg.AppStartTimeout, "how long a started app has to answer on its port")
+	f.StringVar(&snapshotURL, "snapshot-store", "", "the agents' snapshot store (the same URL as theirs): paused sandboxes' images are removed from it when they are deleted or resumed (PAUSE-1)")
 	return cmd
 }
 
@@ -101,14 +107,15 @@ func openStore(ctx context.Context, spec, data string) (berth.Store, error) {
 	return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite://"))
 }
 
-// newAgentCmd is `berth agent`: one host agent with the process runtime.
+// newAgentCmd is `berth agent`: one host agent with the gVisor runtime where runsc is
+// installed, else the process runtime (ISO-4).
 func newAgentCmd() *cobra.Command {
 	cfg := agent.DefaultConfig()
-	dir, isolate := filepath.Join(defaultDataDir(), "agent"), "auto"
-	notices, metadataURL := "none", ""
+	dir, rtf := filepath.Join(defaultDataDir(), "agent"), defaultRuntimeFlags()
+	notices, metadataURL, snapshotURL := "none", "", ""
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Run a host agent (process runtime) that joins a server",
+		Short: "Run a host agent that joins a server (gVisor sandboxes where runsc is installed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
@@ -131,12 +138,18 @@ func newAgentCmd() *cobra.Command {
 			default:
 				return berth.Errorf(berth.EInvalidRequest, "--notices must be none, auto, gcp, aws or azure")
 			}
-			rt, err := process.New(process.Config{Dir: dir, Isolate: isolate, Logger: cfg.Logger})
+			rt, closeRT, err := rtf.open(dir, cfg.Logger)
 			if err != nil {
 				return err
 			}
-			defer rt.Close()
-			a, err := agent.New(cfg, agent.ProcessRuntime(rt))
+			defer closeRT()
+			if cfg.SnapshotStore, err = openSnapshotStore(cmd.Context(), snapshotURL); err != nil {
+				return err
+			}
+			if cfg.SnapshotStore != nil {
+				defer cfg.SnapshotStore.Close()
+			}
+			a, err := agent.New(cfg, rt)
 			if err != nil {
 				return err
 			}
@@ -158,7 +171,9 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&dir, "dir", dir, "directory for sandbox files")
 	cfg.VolumeDir = filepath.Join(defaultDataDir(), "volumes")
 	f.StringVar(&cfg.VolumeDir, "volume-dir", cfg.VolumeDir, "directory for durable volumes (POOL-4: not under --dir or any cache)")
-	f.StringVar(&isolate, "isolate", isolate, "sandbox isolation: auto, on or off")
+	rtf.register(f)
+	f.StringVar(&snapshotURL, "snapshot-store", "", "where checkpoint images go, shared by every agent that may resume another's sandbox (file:///dir; none: no pause, resume or snapshot moves here)")
+	f.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "scratch directory for images on their way (a cache, POOL-4; default under the system temp dir)")
 	f.StringVar(&notices, "notices", notices, "preemption notices to watch: none, auto (probe the metadata services briefly), gcp, aws or azure (SPOT-1)")
 	f.StringVar(&metadataURL, "metadata-url", "", "base URL of the cloud's metadata service (default: the provider's own)")
 	return cmd

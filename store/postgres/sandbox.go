@@ -17,14 +17,15 @@ import (
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus, stateful,
-	created_at, expires_at, metadata, reason, idempotency_key`
+	created_at, expires_at, metadata, reason, idempotency_key, volume, paused_at, image`
 
 // CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
 // when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
 // sb.CreatedAt means now. If sb.IdempotencyKey is set and a sandbox of sb.Tenant already holds
 // it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4). The unique
 // index on (tenant, idempotency_key) decides the race between replicas: the insert waits for a
-// concurrent holder's transaction and, if that commits, inserts nothing.
+// concurrent holder's transaction and, if that commits, inserts nothing. Volume, PausedAt
+// (zero = NULL) and Image are stored as given (PAUSE-1).
 func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor string, now time.Time) error {
 	if sb.ID == "" {
 		return errors.New("postgres: create sandbox: empty id")
@@ -77,11 +78,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 		for range 3 {
 			var inserted bool
 			err := tx.QueryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 				RETURNING TRUE`,
 				sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
-				ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key).Scan(&inserted)
+				ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
+				sb.Image).Scan(&inserted)
 			if err == nil {
 				return insertEvent(ctx, tx, berth.Event{
 					At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
@@ -182,14 +184,39 @@ func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.S
 	var moved bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		moved, err = transitionTx(ctx, tx, id, from, to, reason, actor, now)
+		moved, err = transitionTx(ctx, tx, id, from, to, nil, reason, actor, now)
 		return err
 	})
 	return moved, err
 }
 
+// MoveSandbox moves sandbox id to m.To, as TransitionSandbox does (same guard on from under
+// the same row lock, same event "<old> → m.To" with reason and actor, reservations released
+// when m.To is terminal), and in the same transaction sets its agent_id, expires_at,
+// paused_at and image to m's values; a zero m.ExpiresAt or m.PausedAt is stored as unset
+// (PAUSE-1, SPOT-3, LIF-3). A sandbox already in m.To is not moved. It reports whether the
+// move happened; an unknown id is (false, nil) and an invalid m.To an error.
+func (s *Store) MoveSandbox(ctx context.Context, id string, from []berth.SandboxState, m berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
+	if !m.To.Valid() {
+		return false, fmt.Errorf("postgres: move sandbox %q: unknown state %q", id, m.To)
+	}
+	var moved bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		moved, err = transitionTx(ctx, tx, id, from, m.To, &m, reason, actor, now)
+		return err
+	})
+	if errors.Is(err, berth.ErrNotFound) {
+		return false, nil
+	}
+	return moved, err
+}
+
 // transitionTx is TransitionSandbox inside an open transaction (ApplyHeartbeat shares it).
-func transitionTx(ctx context.Context, tx pgx.Tx, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+// When place is not nil it is MoveSandbox's: the update also writes place's agent, TTL end,
+// pause time and image (place.To is ignored; to is the new state).
+func transitionTx(ctx context.Context, tx pgx.Tx, id string, from []berth.SandboxState, to berth.SandboxState,
+	place *berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
 	var cur string
 	err := tx.QueryRow(ctx, `SELECT state FROM sandboxes WHERE id = $1 FOR UPDATE`, id).Scan(&cur)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -206,12 +233,13 @@ func transitionTx(ctx context.Context, tx pgx.Tx, id string, from []berth.Sandbo
 	if !allowed || state == to {
 		return false, nil
 	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE sandboxes
-		SET state = $1, reason = $2,
-		    idempotency_key = CASE WHEN $3 THEN NULL ELSE idempotency_key END
-		WHERE id = $4`,
-		string(to), reason, to == berth.SandboxFailed, id); err != nil {
+	set := `state = $2, reason = $3, idempotency_key = CASE WHEN $4 THEN NULL ELSE idempotency_key END`
+	args := []any{id, string(to), reason, to == berth.SandboxFailed}
+	if place != nil {
+		set += `, agent_id = $5, expires_at = $6, paused_at = $7, image = $8`
+		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sandboxes SET `+set+` WHERE id = $1`, args...); err != nil {
 		return false, fmt.Errorf("postgres: transition sandbox %q: %w", id, err)
 	}
 	if err := insertEvent(ctx, tx, berth.Event{
@@ -232,11 +260,11 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 	var sb berth.Sandbox
 	var state string
 	var created int64
-	var expires *int64
+	var expires, paused *int64
 	var meta []byte
 	var key *string
 	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &sb.Stateful,
-		&created, &expires, &meta, &sb.Reason, &key)
+		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sb, err
 	}
@@ -244,7 +272,7 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 		return sb, fmt.Errorf("postgres: scan sandbox: %w", err)
 	}
 	sb.State = berth.SandboxState(state)
-	sb.CreatedAt, sb.ExpiresAt = fromMS(created), fromNullMS(expires)
+	sb.CreatedAt, sb.ExpiresAt, sb.PausedAt = fromMS(created), fromNullMS(expires), fromNullMS(paused)
 	if key != nil {
 		sb.IdempotencyKey = *key
 	}

@@ -15,12 +15,13 @@ import (
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus, stateful,
-	created_at, expires_at, metadata, reason, idempotency_key`
+	created_at, expires_at, metadata, reason, idempotency_key, volume, paused_at, image`
 
 // CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
 // when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
 // sb.CreatedAt means now. If sb.IdempotencyKey is set and a sandbox of sb.Tenant already holds
-// it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4).
+// it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4). Volume,
+// PausedAt (zero = NULL) and Image are stored as given (PAUSE-1).
 func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor string, now time.Time) error {
 	if sb.ID == "" {
 		return errors.New("sqlite: create sandbox: empty id")
@@ -79,9 +80,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, b2i(sb.Stateful),
-			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key)
+			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt), sb.Image)
 		if err != nil {
 			return fmt.Errorf("sqlite: create sandbox %q: %w", sb.ID, err)
 		}
@@ -166,14 +167,39 @@ func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.S
 	var moved bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		moved, err = transitionTx(ctx, tx, id, from, to, reason, actor, now)
+		moved, err = transitionTx(ctx, tx, id, from, to, nil, reason, actor, now)
 		return err
 	})
 	return moved, err
 }
 
+// MoveSandbox moves sandbox id to m.To, as TransitionSandbox does (same guard on from, same
+// event "<old> → m.To" with reason and actor, reservations released when m.To is terminal),
+// and in the same transaction sets its agent_id, expires_at, paused_at and image to m's
+// values; a zero m.ExpiresAt or m.PausedAt is stored as unset (PAUSE-1, SPOT-3, LIF-3). A
+// sandbox already in m.To is not moved. It reports whether the move happened; an unknown id
+// is (false, nil) and an invalid m.To an error.
+func (s *Store) MoveSandbox(ctx context.Context, id string, from []berth.SandboxState, m berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
+	if !m.To.Valid() {
+		return false, fmt.Errorf("sqlite: move sandbox %q: unknown state %q", id, m.To)
+	}
+	var moved bool
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		moved, err = transitionTx(ctx, tx, id, from, m.To, &m, reason, actor, now)
+		return err
+	})
+	if errors.Is(err, berth.ErrNotFound) {
+		return false, nil
+	}
+	return moved, err
+}
+
 // transitionTx is TransitionSandbox inside an open transaction (ApplyHeartbeat shares it).
-func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+// When place is not nil it is MoveSandbox's: the update also writes place's agent, TTL end,
+// pause time and image (place.To is ignored; to is the new state).
+func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.SandboxState, to berth.SandboxState,
+	place *berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
 	var cur string
 	err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -192,12 +218,13 @@ func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.Sandb
 	}
 	// The state guard keeps the update conditional even where the read above is not locked
 	// (a PostgreSQL port under READ COMMITTED).
-	res, err := tx.ExecContext(ctx, `
-		UPDATE sandboxes
-		SET state = ?, reason = ?,
-		    idempotency_key = CASE WHEN ? = 1 THEN NULL ELSE idempotency_key END
-		WHERE id = ? AND state = ?`,
-		string(to), reason, b2i(to == berth.SandboxFailed), id, cur)
+	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? = 1 THEN NULL ELSE idempotency_key END`
+	args := []any{string(to), reason, b2i(to == berth.SandboxFailed)}
+	if place != nil {
+		set += `, agent_id = ?, expires_at = ?, paused_at = ?, image = ?`
+		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET `+set+` WHERE id = ? AND state = ?`, append(args, id, cur)...)
 	if err != nil {
 		return false, fmt.Errorf("sqlite: transition sandbox %q: %w", id, err)
 	}
@@ -226,10 +253,10 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 	var state string
 	var stateful int
 	var created int64
-	var expires sql.NullInt64
+	var expires, paused sql.NullInt64
 	var meta, key sql.NullString
 	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &stateful,
-		&created, &expires, &meta, &sb.Reason, &key)
+		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sb, err
 	}
@@ -238,7 +265,7 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 	}
 	sb.State = berth.SandboxState(state)
 	sb.Stateful = stateful != 0
-	sb.CreatedAt, sb.ExpiresAt = fromMS(created), fromNullMS(expires)
+	sb.CreatedAt, sb.ExpiresAt, sb.PausedAt = fromMS(created), fromNullMS(expires), fromNullMS(paused)
 	sb.IdempotencyKey = key.String
 	if meta.Valid && meta.String != "" {
 		if err := json.Unmarshal([]byte(meta.String), &sb.Metadata); err != nil {

@@ -23,7 +23,7 @@ func fullHeartbeat() berth.Heartbeat {
 		MemoryPressure: 0.125, StartsInFlight: 3, NatIDFree: 250, StreamRestoreEnabled: true,
 		Sandboxes: []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 300, Measured: true}, {ID: "sb-2"}},
 		Ended:     []berth.EndedSandbox{{ID: "sb-gone", State: berth.SandboxStopped, Reason: "ttl", At: at(-time.Second)}},
-		Version:   "v1.2.3", BootID: "boot-1", MeasurementErrors: 2,
+		Version:   "v1.2.3", BootID: "boot-1", MeasurementErrors: 2, Runtime: "gvisor", Checkpoint: true,
 	}
 }
 

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -47,6 +48,13 @@ func testCreateSandboxRoundTrip(t *testing.T, s berth.Store) {
 		ID: "sb-1", Template: "python", Tenant: "acme", AgentID: "a1", State: berth.SandboxStarting,
 		MemoryMiB: 1536, VCPUs: 2, Stateful: true, CreatedAt: at(-time.Second), ExpiresAt: at(time.Hour),
 		Metadata: map[string]string{"job": "ci-42", "owner": "ana"}, Reason: "placed", IdempotencyKey: "key-1",
+		Volume: "data", PausedAt: at(-time.Minute), Image: "img-sb-1",
+	}
+	v := reflect.ValueOf(full)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("fixture leaves Sandbox.%s zero; set it so the round trip covers it", v.Type().Field(i).Name)
+		}
 	}
 	bare := berth.Sandbox{ID: "sb-2", Template: "shell", Tenant: "acme"} // pending, no agent, no times
 	if err := s.CreateSandbox(ctx, full, "tenant/acme", T0); err != nil {

@@ -11,6 +11,7 @@ package noop
 
 import (
 	"context"
+	"io"
 	"net"
 	"sync"
 
@@ -26,7 +27,8 @@ type Runtime struct {
 }
 
 // Start records id as running.
-func (r *Runtime) Start(_ context.Context, id string, _ int64, _ int, _ string) error {
+func (r *Runtime) Start(_ context.Context, s agent.Spec) error {
+	id := s.ID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.held == nil {
@@ -53,10 +55,12 @@ func (r *Runtime) Exec(context.Context, string, berth.ExecRequest) (berth.ExecRe
 }
 
 // WriteFile is refused.
-func (r *Runtime) WriteFile(context.Context, string, string, []byte) error { return errNoop }
+func (r *Runtime) WriteFile(context.Context, string, string, io.Reader) error { return errNoop }
 
 // ReadFile is refused.
-func (r *Runtime) ReadFile(context.Context, string, string) ([]byte, error) { return nil, errNoop }
+func (r *Runtime) ReadFile(context.Context, string, string) (io.ReadCloser, int64, error) {
+	return nil, 0, errNoop
+}
 
 // Measure reports a held guest as seen with 0 MiB resident.
 func (r *Runtime) Measure(id string) (agent.Measurement, error) {

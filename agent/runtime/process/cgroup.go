@@ -1,103 +1,76 @@
 package process
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/berth-dev/berth/agent/runtime/cgroups"
 )
 
-// memoryMount is where the memory controller lives: a cgroup v2 hierarchy that offers the
-// memory controller, else a cgroup v1 hierarchy mounted with it.
-type memoryMount struct {
-	path string
-	v2   bool
-}
+// Controllers a sandbox is limited by (ISO-2).
+const (
+	ctrlMemory = "memory"
+	ctrlPids   = "pids"
+)
 
-// findMemoryMount picks the memory hierarchy from the text of /proc/self/mountinfo. v2 wins
-// when a cgroup2 mount lists "memory" in its cgroup.controllers (read through controllers);
-// otherwise the first v1 mount whose super options name "memory". ok is false when there is
-// neither.
-func findMemoryMount(mountinfo string, controllers func(mountPoint string) string) (m memoryMount, ok bool) {
-	var v1 string
-	for _, line := range strings.Split(mountinfo, "\n") {
-		pre, post, found := strings.Cut(line, " - ")
-		if !found {
-			continue
-		}
-		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(tail) < 1 {
-			continue
-		}
-		mountPoint := fields[4]
-		switch tail[0] {
-		case "cgroup2":
-			if hasWord(controllers(mountPoint), "memory", " ") {
-				return memoryMount{path: mountPoint, v2: true}, true
-			}
-		case "cgroup":
-			if v1 == "" && len(tail) >= 3 && hasWord(tail[2], "memory", ",") {
-				v1 = mountPoint
-			}
-		}
-	}
-	if v1 == "" {
-		return memoryMount{}, false
-	}
-	return memoryMount{path: v1}, true
-}
-
-func hasWord(s, word, sep string) bool {
-	for _, w := range strings.Split(strings.TrimSpace(s), sep) {
-		if w == word {
-			return true
-		}
-	}
-	return false
-}
-
-// cgroupSet is the directory that holds one memory cgroup per sandbox of one runtime:
-// <mount>/<CgroupParent>/<instance>. The instance level is derived from the runtime's Dir so
-// that several runtimes on one host (berth dev runs several agents in one process; parallel
-// test binaries) never collide on sandbox ids nor clean up each other's sandboxes.
+// cgroupSet is the directory that holds one cgroup per sandbox of one runtime in one
+// hierarchy: <mount>/<CgroupParent>/<instance>. The instance level is derived from the
+// runtime's Dir so that several runtimes on one host (berth dev runs several agents in one
+// process; parallel test binaries) never collide on sandbox ids nor clean up each other's
+// sandboxes. On cgroup v1 a runtime has one set per controller (memory, pids); on v2 one set
+// holds both.
 type cgroupSet struct {
-	base string
-	v2   bool
+	base        string
+	v2          bool
+	controllers []string
 }
 
-// newCgroupSet creates the base directory (and, on v2, enables the memory controller on every
+// cgroupLimits are what a sandbox's cgroups enforce: memory in MiB and tasks (processes and
+// threads).
+type cgroupLimits struct {
+	memoryMiB int64
+	pids      int
+}
+
+// newCgroupSet creates the base directory (and, on v2, enables the controllers on every
 // level above the sandbox cgroups).
-func newCgroupSet(m memoryMount, parent, instance string) (*cgroupSet, error) {
+func newCgroupSet(m cgroups.Mount, controllers []string, parent, instance string) (*cgroupSet, error) {
 	rel := filepath.Join(filepath.Clean("/"+parent), instance)
-	base := filepath.Join(m.path, rel)
+	base := filepath.Join(m.Path, rel)
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, fmt.Errorf("process: create cgroup %s: %w", base, err)
 	}
-	if m.v2 {
-		// Every level from the mount root to base must delegate memory to its children.
-		dir := m.path
+	if m.V2 {
+		// Every level from the mount root to base must delegate the controllers to its
+		// children.
+		enable := "+" + strings.Join(controllers, " +")
+		dir := m.Path
 		for _, part := range append([]string{""}, strings.Split(strings.Trim(rel, "/"), "/")...) {
 			dir = filepath.Join(dir, part)
-			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
-				return nil, fmt.Errorf("process: enable memory controller in %s: %w", dir, err)
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(enable), 0o644); err != nil {
+				return nil, fmt.Errorf("process: enable %s in %s: %w", enable, dir, err)
 			}
 		}
 	}
-	return &cgroupSet{base: base, v2: m.v2}, nil
+	return &cgroupSet{base: base, v2: m.V2, controllers: controllers}, nil
 }
 
 func (c *cgroupSet) path(id string) string { return filepath.Join(c.base, id) }
 
-// create makes the cgroup of one sandbox with a memory limit in MiB (AGT-3). Swap is left
+func (c *cgroupSet) has(controller string) bool { return slices.Contains(c.controllers, controller) }
+
+// create makes the cgroup of one sandbox and sets the limits of the set's controllers
+// (AGT-3, ISO-2): memory.limit_in_bytes (v1) or memory.max (v2), and pids.max. Swap is left
 // alone. An empty leftover of the same name is removed first.
-func (c *cgroupSet) create(id string, memoryMiB int64) (string, error) {
+func (c *cgroupSet) create(id string, lim cgroupLimits) (string, error) {
 	dir := c.path(id)
 	if err := os.Mkdir(dir, 0o755); errors.Is(err, fs.ErrExist) {
 		if err := syscall.Rmdir(dir); err != nil {
@@ -110,14 +83,22 @@ func (c *cgroupSet) create(id string, memoryMiB int64) (string, error) {
 	} else if err != nil {
 		return "", fmt.Errorf("process: create cgroup %s: %w", dir, err)
 	}
-	file := "memory.limit_in_bytes"
-	if c.v2 {
-		file = "memory.max"
+	files := map[string]string{}
+	if c.has(ctrlMemory) {
+		file := "memory.limit_in_bytes"
+		if c.v2 {
+			file = "memory.max"
+		}
+		files[file] = strconv.FormatInt(lim.memoryMiB<<20, 10)
 	}
-	limit := strconv.FormatInt(memoryMiB<<20, 10)
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(limit), 0o644); err != nil {
-		syscall.Rmdir(dir)
-		return "", fmt.Errorf("process: set %s of %s: %w", file, dir, err)
+	if c.has(ctrlPids) {
+		files["pids.max"] = strconv.Itoa(lim.pids)
+	}
+	for file, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644); err != nil {
+			syscall.Rmdir(dir)
+			return "", fmt.Errorf("process: set %s of %s: %w", file, dir, err)
+		}
 	}
 	return dir, nil
 }
@@ -128,88 +109,6 @@ func addProc(dir string, pid int) error {
 		return fmt.Errorf("process: move pid %d into %s: %w", pid, dir, err)
 	}
 	return nil
-}
-
-// cgroupProcs lists the pids (as the host sees them) in the cgroup at dir.
-func cgroupProcs(dir string) ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-// cgroupUsage returns the cgroup's charged memory and its inactive file pages in bytes:
-// v1 memory.usage_in_bytes and total_inactive_file, v2 memory.current and inactive_file.
-func cgroupUsage(dir string, v2 bool) (usage, inactiveFile int64, err error) {
-	usageFile, statKey := "memory.usage_in_bytes", "total_inactive_file"
-	if v2 {
-		usageFile, statKey = "memory.current", "inactive_file"
-	}
-	b, err := os.ReadFile(filepath.Join(dir, usageFile))
-	if err != nil {
-		return 0, 0, err
-	}
-	usage, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("parse %s: %w", usageFile, err)
-	}
-	f, err := os.Open(filepath.Join(dir, "memory.stat"))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), " ")
-		if k == statKey {
-			inactiveFile, err = strconv.ParseInt(v, 10, 64)
-			return usage, inactiveFile, err
-		}
-	}
-	return usage, 0, sc.Err()
-}
-
-// workingSetMiB is the kubelet's working set (C24): usage minus inactive file pages, floored
-// at zero, in MiB rounded to the nearest.
-func workingSetMiB(usage, inactiveFile int64) int64 {
-	ws := max(usage-inactiveFile, 0)
-	return (ws + 1<<19) >> 20
-}
-
-// removeCgroup kills whatever is still in the cgroup at dir and removes it, retrying until ctx
-// ends. A missing cgroup is not an error.
-func removeCgroup(ctx context.Context, dir string) error {
-	for {
-		pids, err := cgroupProcs(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		for _, pid := range pids {
-			// These pids are in a cgroup only this runtime creates, so they are ours.
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if len(pids) == 0 {
-			err := syscall.Rmdir(dir)
-			if err == nil || errors.Is(err, syscall.ENOENT) {
-				return nil
-			}
-			if !errors.Is(err, syscall.EBUSY) {
-				return fmt.Errorf("process: remove cgroup %s: %w", dir, err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("process: cgroup %s still holds %v: %w", dir, pids, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // cleanLeftovers removes every sandbox cgroup under the set: they belong to an earlier run of
@@ -225,7 +124,7 @@ func (c *cgroupSet) cleanLeftovers(ctx context.Context) ([]string, error) {
 		if !e.IsDir() {
 			continue
 		}
-		if err := removeCgroup(ctx, filepath.Join(c.base, e.Name())); err != nil {
+		if err := cgroups.Remove(ctx, filepath.Join(c.base, e.Name())); err != nil {
 			errs = append(errs, err)
 			continue
 		}

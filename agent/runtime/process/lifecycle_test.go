@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
 // Stop kills every process of the sandbox, background ones included, and removes its cgroup
@@ -70,8 +72,8 @@ func TestErrors(t *testing.T) {
 		want string
 	}{
 		{"exec unknown id", exec("nope", "true"), berth.ESandboxNotFound},
-		{"write unknown id", r.WriteFile(ctx, "nope", "/tmp/x", nil), berth.ESandboxNotFound},
-		{"read unknown id", func() error { _, err := r.ReadFile(ctx, "nope", "/tmp/x"); return err }(), berth.ESandboxNotFound},
+		{"write unknown id", r.WriteFile(ctx, "nope", "/tmp/x", bytes.NewReader(nil)), berth.ESandboxNotFound},
+		{"read unknown id", func() error { _, err := readAll(r.ReadFile(ctx, "nope", "/tmp/x")); return err }(), berth.ESandboxNotFound},
 		{"measure unknown id", func() error { _, err := r.Measure("nope"); return err }(), berth.ESandboxNotFound},
 		{"empty cmd", exec("sb-err"), berth.EInvalidRequest},
 		{"empty program", exec("sb-err", ""), berth.EInvalidRequest},
@@ -79,9 +81,9 @@ func TestErrors(t *testing.T) {
 			_, err := r.Exec(ctx, "sb-err", berth.ExecRequest{Cmd: []string{"true"}, TimeoutS: -1})
 			return err
 		}(), berth.EInvalidRequest},
-		{"relative write path", r.WriteFile(ctx, "sb-err", "tmp/x", nil), berth.EInvalidRequest},
-		{"relative read path", func() error { _, err := r.ReadFile(ctx, "sb-err", "x"); return err }(), berth.EInvalidRequest},
-		{"file too large", r.WriteFile(ctx, "sb-err", "/tmp/x", make([]byte, maxFileBytes+1)), berth.ETooLarge},
+		{"relative write path", r.WriteFile(ctx, "sb-err", "tmp/x", bytes.NewReader(nil)), berth.EInvalidRequest},
+		{"relative read path", func() error { _, err := readAll(r.ReadFile(ctx, "sb-err", "x")); return err }(), berth.EInvalidRequest},
+		{"file too large", r.WriteFile(ctx, "sb-err", "/tmp/x", bytes.NewReader(make([]byte, sbinit.MaxFileBytes+1))), berth.ETooLarge},
 		{"duplicate id", r.Start(ctx, Spec{ID: "sb-err", MemoryMiB: 256}), berth.EConflict},
 		{"bad id", r.Start(ctx, Spec{ID: "../etc", MemoryMiB: 256}), berth.EInvalidRequest},
 		{"empty id", r.Start(ctx, Spec{MemoryMiB: 256}), berth.EInvalidRequest},

@@ -3,12 +3,12 @@ package process
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"io"
+	"net"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/cgroups"
+	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
 // lookup returns the started sandbox id, waiting while it starts. Errors: ESandboxNotFound.
@@ -37,69 +37,57 @@ func (r *Runtime) holds(sb *sandbox) bool {
 	return r.sandboxes[sb.id] == sb
 }
 
-// Exec runs req.Cmd inside the sandbox (cwd /tmp; PATH /usr/local/bin:/usr/bin:/bin, then the
-// agent's) and returns when the command exits; background processes it started keep running.
-// Stdout and stderr are capped at 1 MiB each (a note on stderr says what was dropped).
-// TimeoutS defaults to 60 s; a timeout is not an error: the process group is killed, the exit
-// code is -1 and stderr ends with a note. A signal death gives 128+signal, an unknown command
-// 127. Errors: EInvalidRequest (empty cmd, negative timeout), ESandboxNotFound; a cancelled ctx
-// kills the command and returns ctx's error wrapped.
+// client returns the host side of sb's init, over its unix socket.
+func (r *Runtime) client(sb *sandbox) *sbinit.Client {
+	return &sbinit.Client{
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sb.sock)
+		},
+		Gone:  func() bool { return sb.hasExited() || !r.holds(sb) },
+		Label: "process: sandbox " + sb.id,
+	}
+}
+
+// Exec runs req.Cmd inside the sandbox — with isolation as its uid, cwd and HOME /tmp; without,
+// in its working directory — with PATH /usr/local/bin:/usr/bin:/bin, then the agent's PATH
+// directories (with isolation, those that exist in its root); see sbinit.Client.Exec for the
+// contract.
 func (r *Runtime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return berth.ExecResult{}, berth.Errorf(berth.EInvalidRequest, "cmd must not be empty")
-	}
-	if req.TimeoutS < 0 {
-		return berth.ExecResult{}, berth.Errorf(berth.EInvalidRequest, "timeout_s must not be negative")
-	}
 	sb, err := r.lookup(ctx, id)
 	if err != nil {
 		return berth.ExecResult{}, err
 	}
-	resp, _, err := r.call(ctx, sb, wireRequest{Op: opExec, Cmd: req.Cmd, Stdin: req.Stdin, TimeoutS: req.TimeoutS}, nil)
-	if err != nil {
-		return berth.ExecResult{}, err
-	}
-	return berth.ExecResult{ExitCode: resp.ExitCode, Stdout: resp.Stdout, Stderr: resp.Stderr}, nil
+	return r.client(sb).Exec(ctx, req)
 }
 
-// WriteFile writes data to path as the sandbox sees it (so /tmp/x is the sandbox's private
-// /tmp), creating parent directories; at most 64 MiB. Errors: EInvalidRequest (relative path,
-// path is a directory), ETooLarge, ESandboxNotFound.
-func (r *Runtime) WriteFile(ctx context.Context, id, path string, data []byte) error {
-	if err := checkPath(path); err != nil {
-		return err
-	}
-	if len(data) > maxFileBytes {
-		return berth.Errorf(berth.ETooLarge, "file of %d bytes is over %d", len(data), maxFileBytes)
-	}
+// WriteFile streams content into path as the sandbox sees it (ISO-3: with isolation resolved
+// in its own root and written as its uid; without, only /tmp paths, in its working
+// directory); see sbinit.Client.WriteFile.
+func (r *Runtime) WriteFile(ctx context.Context, id, path string, content io.Reader) error {
 	sb, err := r.lookup(ctx, id)
 	if err != nil {
 		return err
 	}
-	_, _, err = r.call(ctx, sb, wireRequest{Op: opWrite, Path: path, Size: int64(len(data))}, data)
-	return err
+	return r.client(sb).WriteFile(ctx, path, content)
 }
 
-// ReadFile returns the content of path as the sandbox sees it; at most 64 MiB. Errors:
-// EInvalidRequest (relative path, directory), ENotFound (no such file), ETooLarge,
-// ESandboxNotFound.
-func (r *Runtime) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
-	if err := checkPath(path); err != nil {
-		return nil, err
-	}
+// ReadFile streams the content of path as the sandbox sees it; see sbinit.Client.ReadFile.
+func (r *Runtime) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
 	sb, err := r.lookup(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	_, data, err := r.call(ctx, sb, wireRequest{Op: opRead, Path: path}, nil)
-	return data, err
+	return r.client(sb).ReadFile(ctx, path)
 }
 
-func checkPath(path string) error {
-	if !filepath.IsAbs(path) {
-		return berth.Errorf(berth.EInvalidRequest, "path %q must be absolute", path)
+// Ping checks that the sandbox's init answers.
+func (r *Runtime) Ping(ctx context.Context, id string) error {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return err
 	}
-	return nil
+	return r.client(sb).Ping(ctx)
 }
 
 // Measurement is one reading of a sandbox's memory (AGT-3). ResidentMiB is the working set in
@@ -141,40 +129,20 @@ func (r *Runtime) Measure(id string) (Measurement, error) {
 				rss += residentBytes("/proc", pid)
 			}
 		}
-		m.ResidentMiB = workingSetMiB(rss, 0)
+		m.ResidentMiB = cgroups.WorkingSetMiB(rss, 0)
 		m.Seen = rss > 0 && !m.Exited
 		return m, nil
 	}
-	usage, inactive, err := cgroupUsage(sb.cgroup, r.cg.v2)
+	usage, inactive, err := cgroups.Usage(sb.cgroup, r.memory.v2)
 	if err != nil {
 		return m, fmt.Errorf("process: measure %s: %w", id, err)
 	}
-	pids, err := cgroupProcs(sb.cgroup)
+	pids, err := cgroups.Procs(sb.cgroup)
 	if err != nil {
 		return m, fmt.Errorf("process: measure %s: %w", id, err)
 	}
-	m.ResidentMiB = workingSetMiB(usage, inactive)
+	m.ResidentMiB = cgroups.WorkingSetMiB(usage, inactive)
 	m.Seen = len(pids) > 0 && usage > 0
-	m.OOMKills = cgroupOOMKills(sb.cgroup, r.cg.v2)
+	m.OOMKills = cgroups.OOMKills(sb.cgroup, r.memory.v2)
 	return m, nil
-}
-
-// cgroupOOMKills returns how many processes the kernel OOM killer killed in the cgroup:
-// "oom_kill" of v1 memory.oom_control or v2 memory.events (C09). 0 when unreadable.
-func cgroupOOMKills(dir string, v2 bool) int64 {
-	file := "memory.oom_control"
-	if v2 {
-		file = "memory.events"
-	}
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

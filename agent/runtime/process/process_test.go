@@ -1,8 +1,10 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/cgroups"
+	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
 func TestMain(m *testing.M) {
@@ -20,10 +24,14 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeAgentEnv); mode != "" {
 		os.Exit(fakeAgent(mode, os.Getenv(fakeAgentDirEnv)))
 	}
+	if dir := os.Getenv(newAsEnv); dir != "" {
+		os.Exit(newAs(dir))
+	}
 	os.Exit(m.Run())
 }
 
-// modes are the isolation settings every behaviour test runs under.
+// modes are the isolation settings every behaviour test runs under: insecure plain processes,
+// and isolated.
 var modes = []string{IsolateOff, IsolateOn}
 
 // newRuntime returns a runtime in a fresh Dir that is closed when the test ends. IsolateOn
@@ -38,7 +46,7 @@ func newRuntime(t *testing.T, isolate string) *Runtime {
 
 func newRuntimeIn(t *testing.T, dir, isolate string) *Runtime {
 	t.Helper()
-	r, err := New(Config{Dir: dir, Isolate: isolate})
+	r, err := New(Config{Dir: dir, Isolate: isolate, Insecure: isolate == IsolateOff})
 	if err != nil {
 		t.Fatalf("New(isolate=%s): %v", isolate, err)
 	}
@@ -87,7 +95,7 @@ func TestExec(t *testing.T) {
 		{"not found", berth.ExecRequest{Cmd: []string{"no-such-command-berth"}},
 			berth.ExecResult{ExitCode: 127, Stderr: "berth: no-such-command-berth: command not found\n"}},
 		{"absolute path", berth.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo $PATH"}},
-			berth.ExecResult{Stdout: commandPath() + "\n"}},
+			berth.ExecResult{Stdout: sandboxPathMark}},
 	}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -96,6 +104,11 @@ func TestExec(t *testing.T) {
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					got := run(t, r, "sb-exec", tc.req)
+					if tc.want.Stdout == sandboxPathMark {
+						// Isolated: the standard directories and the agent's that exist in
+						// the sandbox's root; insecure: the standard ones, then the agent's.
+						tc.want.Stdout = r.sandboxes["sb-exec"].path + "\n"
+					}
 					if diff := cmp.Diff(tc.want, got); diff != "" {
 						t.Errorf("Exec(%q) (-want +got):\n%s", tc.req.Cmd, diff)
 					}
@@ -105,14 +118,17 @@ func TestExec(t *testing.T) {
 	}
 }
 
+// sandboxPathMark stands for the sandbox's PATH in a wanted output.
+const sandboxPathMark = "<the sandbox's PATH>"
+
 func TestExecCapsOutput(t *testing.T) {
 	r := newRuntime(t, IsolateOff)
 	startSandbox(t, r, "sb-cap", 256)
 	got := run(t, r, "sb-cap", berth.ExecRequest{Cmd: []string{"head", "-c", "1500000", "/dev/zero"}})
-	if len(got.Stdout) != maxOutputBytes {
-		t.Errorf("stdout is %d bytes, want the cap %d", len(got.Stdout), maxOutputBytes)
+	if len(got.Stdout) != sbinit.MaxOutputBytes {
+		t.Errorf("stdout is %d bytes, want the cap %d", len(got.Stdout), sbinit.MaxOutputBytes)
 	}
-	if want := fmt.Sprintf("stdout truncated to %d bytes (%d dropped)", maxOutputBytes, 1500000-maxOutputBytes); !strings.Contains(got.Stderr, want) {
+	if want := fmt.Sprintf("stdout truncated to %d bytes (%d dropped)", sbinit.MaxOutputBytes, 1500000-sbinit.MaxOutputBytes); !strings.Contains(got.Stderr, want) {
 		t.Errorf("stderr = %q, want a note %q", got.Stderr, want)
 	}
 }
@@ -180,6 +196,9 @@ func TestExecContextCancelKillsCommand(t *testing.T) {
 	waitFor(t, "the sleep to be killed", func() bool { return len(sandboxPids(t, r, "sb-cancel")) == 1 })
 }
 
+// TestFiles: what WriteFile writes, ReadFile and commands see (ISO-3). Isolated, any path of
+// the sandbox's own root works and the file is the sandbox uid's; insecure, only /tmp paths
+// work, and they name the sandbox's working directory.
 func TestFiles(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -187,33 +206,41 @@ func TestFiles(t *testing.T) {
 			startSandbox(t, r, "sb-files", 256)
 			ctx := context.Background()
 			dir := "/tmp/berth-files-test/nested"
-			if !r.Isolated() {
-				dir = filepath.Join(r.sandboxes["sb-files"].dir, rootDir, "nested")
-			}
 			path := filepath.Join(dir, "data.bin")
+			cmdPath := path // where a command finds it
+			if !r.Isolated() {
+				cmdPath = strings.TrimPrefix(path, "/tmp/") // relative to its working directory
+			}
 			data := []byte("line one\n\x00binary\xff")
-			if err := r.WriteFile(ctx, "sb-files", path, data); err != nil {
+			if err := r.WriteFile(ctx, "sb-files", path, bytes.NewReader(data)); err != nil {
 				t.Fatalf("WriteFile: %v", err)
 			}
-			got, err := r.ReadFile(ctx, "sb-files", path)
+			got, err := readAll(r.ReadFile(ctx, "sb-files", path))
 			if err != nil {
 				t.Fatalf("ReadFile: %v", err)
 			}
 			if diff := cmp.Diff(data, got); diff != "" {
 				t.Errorf("ReadFile (-want +got):\n%s", diff)
 			}
-			// The command sees the same file.
-			if res := run(t, r, "sb-files", berth.ExecRequest{Cmd: []string{"wc", "-c", path}}); res.Stdout != fmt.Sprintf("%d %s\n", len(data), path) {
+			if res := run(t, r, "sb-files", berth.ExecRequest{Cmd: []string{"wc", "-c", cmdPath}}); res.Stdout != fmt.Sprintf("%d %s\n", len(data), cmdPath) {
 				t.Errorf("wc inside = %+v", res)
 			}
-			empty, err := r.ReadFile(ctx, "sb-files", path+"-missing")
+			if r.Isolated() {
+				want := strconv.Itoa(r.sandboxes["sb-files"].uid.uid) + "\n"
+				if res := run(t, r, "sb-files", berth.ExecRequest{Cmd: []string{"stat", "-c", "%u", path}}); res.Stdout != want {
+					t.Errorf("owner of a file the files API wrote = %+v, want the sandbox's uid %s", res, want)
+				}
+			} else if _, err := readAll(r.ReadFile(ctx, "sb-files", "/etc/hostname")); berth.ErrorCode(err) != berth.EForbidden {
+				t.Errorf("insecure ReadFile(/etc/hostname) = %v, want %s: only /tmp is reachable", err, berth.EForbidden)
+			}
+			empty, err := readAll(r.ReadFile(ctx, "sb-files", path+"-missing"))
 			if code := berth.ErrorCode(err); code != berth.ENotFound || empty != nil {
 				t.Errorf("ReadFile(missing) = %q, %v; want code %s", empty, err, berth.ENotFound)
 			}
-			if _, err := r.ReadFile(ctx, "sb-files", dir); berth.ErrorCode(err) != berth.EInvalidRequest {
+			if _, err := readAll(r.ReadFile(ctx, "sb-files", dir)); berth.ErrorCode(err) != berth.EInvalidRequest {
 				t.Errorf("ReadFile(directory) error = %v, want %s", err, berth.EInvalidRequest)
 			}
-			if err := r.WriteFile(ctx, "sb-files", dir, data); berth.ErrorCode(err) != berth.EInvalidRequest {
+			if err := r.WriteFile(ctx, "sb-files", dir, bytes.NewReader(data)); berth.ErrorCode(err) != berth.EInvalidRequest {
 				t.Errorf("WriteFile(directory) error = %v, want %s", err, berth.EInvalidRequest)
 			}
 		})
@@ -231,7 +258,7 @@ func sandboxPids(t *testing.T, r *Runtime, id string) []int {
 		t.Fatalf("no sandbox %s", id)
 	}
 	if sb.cgroup != "" {
-		pids, err := cgroupProcs(sb.cgroup)
+		pids, err := cgroups.Procs(sb.cgroup)
 		if err != nil {
 			t.Fatalf("cgroup.procs: %v", err)
 		}
@@ -267,30 +294,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // TestFilesRefuseNonRegular: reading or writing a FIFO, a device or a directory is an
-// invalid_request at once, never a call that hangs until its deadline.
+// invalid_request at once, never a call that hangs until its deadline. Isolated, /dev/zero is
+// the device in the sandbox's own /dev; insecure, it is out of reach (forbidden).
 func TestFilesRefuseNonRegular(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			r := newRuntime(t, mode)
 			startSandbox(t, r, "sb-fifo", 256)
-			// Without isolation /tmp is the host's, so the FIFO goes in a directory of this
-			// test; with it, the sandbox's private /tmp (the test's dir is hidden there).
-			dir := t.TempDir()
-			if mode == IsolateOn {
-				dir = "/tmp"
-			}
-			pipe := dir + "/pipe"
-			if res := run(t, r, "sb-fifo", berth.ExecRequest{Cmd: []string{"mkfifo", pipe}}); res.ExitCode != 0 {
+			// Relative to the working directory: the sandbox's /tmp either way.
+			if res := run(t, r, "sb-fifo", berth.ExecRequest{Cmd: []string{"mkfifo", "pipe"}}); res.ExitCode != 0 {
 				t.Fatalf("mkfifo: %+v", res)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			for _, p := range []string{pipe, "/dev/zero", dir} {
-				if _, err := r.ReadFile(ctx, "sb-fifo", p); berth.ErrorCode(err) != berth.EInvalidRequest {
-					t.Errorf("ReadFile(%s) = %v, want invalid_request", p, err)
+			want := map[string]string{"/tmp/pipe": berth.EInvalidRequest, "/tmp": berth.EInvalidRequest, "/dev/zero": berth.EInvalidRequest}
+			if !r.Isolated() {
+				want["/dev/zero"] = berth.EForbidden
+			}
+			for p, code := range want {
+				if _, err := readAll(r.ReadFile(ctx, "sb-fifo", p)); berth.ErrorCode(err) != code {
+					t.Errorf("ReadFile(%s) = %v, want %s", p, err, code)
 				}
 			}
-			if err := r.WriteFile(ctx, "sb-fifo", pipe, []byte("x")); berth.ErrorCode(err) != berth.EInvalidRequest {
+			if err := r.WriteFile(ctx, "sb-fifo", "/tmp/pipe", bytes.NewReader([]byte("x"))); berth.ErrorCode(err) != berth.EInvalidRequest {
 				t.Errorf("WriteFile(fifo) = %v, want invalid_request", err)
 			}
 			if ctx.Err() != nil {
@@ -320,4 +346,13 @@ func TestLongDirKeepsWorking(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readAll reads a whole ReadFile answer, for tests.
+func readAll(rc io.ReadCloser, _ int64, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
 }

@@ -5,10 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,13 +20,13 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// Files in <Dir>/<id>.
+// Files in <Dir>/<id> (with mntDir, mount.go).
 const (
 	markerFile = "berth-sandbox" // marks the directory as the runtime's, for leftover cleanup
 	pidFile    = "init.pid"      // the init's host pid
 	logFile    = "init.log"      // the init's own stdout and stderr
 	sockFile   = "init.sock"
-	rootDir    = "root" // the sandbox's /tmp
+	rootDir    = "root" // without isolation: the sandbox's working directory, its /tmp
 )
 
 // shortSockDir is where sockets go when <Dir>/<id>/init.sock would be too long: a directory
@@ -45,18 +45,29 @@ type Spec struct {
 	ID        string
 	MemoryMiB int64
 	VCPUs     int
-	// VolumeDir, when set, is an existing host directory (a durable volume, POOL-2) that
-	// the sandbox sees at /tmp/volume. It outlives the sandbox: Stop never touches it.
+	// Template picks an isolated sandbox's root: Config.Rootfs[Template] when named there,
+	// else the built-in root. Ignored without isolation.
+	Template string
+	// VolumeDir, when set, is an existing absolute host directory (a durable volume, POOL-2)
+	// that the sandbox sees at /tmp/volume. It outlives the sandbox: Stop never touches it.
+	// With isolation Start makes the directory itself volumeOwner's (uid and gid 1000), and
+	// the sandbox sees that owner's files as its own (an idmapped mount), so the directory's
+	// file system must support idmapped mounts (ext4, xfs, btrfs, tmpfs...). Without
+	// isolation it is a link "volume" in the working directory, which commands follow and
+	// the files API, confined to that directory, does not.
 	VolumeDir string
 }
 
 // sandbox is the runtime's record of one sandbox. ready is closed once Start finished; if it
 // failed, startErr is set and the record is already gone from the map.
 type sandbox struct {
-	id     string
-	dir    string // <Dir>/<id>
-	sock   string
-	cgroup string // "" without isolation
+	id      string
+	dir     string // <Dir>/<id>
+	sock    string
+	path    string   // PATH of its commands
+	cgroup  string   // its memory cgroup; "" without isolation
+	cgroups []string // all its cgroups (memory, pids)
+	uid     *uidLease
 
 	ready    chan struct{}
 	startErr error
@@ -90,9 +101,12 @@ func validID(id string) error {
 	return nil
 }
 
-// Start starts the sandbox s.ID and returns once its init is ready to serve (AGT-3). Errors:
-// EInvalidRequest for a bad id or size, EConflict when the id is already held, EUnavailable
-// after Close; runtime failures are wrapped. A failed start leaves nothing behind.
+// Start starts the sandbox s.ID and returns once its init is ready to serve (AGT-3); with
+// isolation it runs as a uid of its own in a root of its own (see the package comment).
+// Errors: EInvalidRequest for a bad id, size or volume; EConflict when the id is already
+// held; EUnavailable after Close or when every sandbox uid is leased; runtime failures
+// (the init's own error or the end of its log) are wrapped. A failed start leaves nothing
+// behind.
 func (r *Runtime) Start(ctx context.Context, s Spec) error {
 	if err := validID(s.ID); err != nil {
 		return err
@@ -152,22 +166,30 @@ func (r *Runtime) Start(ctx context.Context, s Spec) error {
 
 func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	os.RemoveAll(sb.dir) // a leftover of a start that failed half-way
-	if err := os.MkdirAll(filepath.Join(sb.dir, rootDir), 0o755); err != nil {
+	if err := os.MkdirAll(sb.dir, 0o755); err != nil {
 		return fmt.Errorf("process: create %s: %w", sb.dir, err)
-	}
-	if err := os.Chmod(filepath.Join(sb.dir, rootDir), 0o1777); err != nil {
-		return fmt.Errorf("process: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(sb.dir, markerFile), nil, 0o644); err != nil {
 		return fmt.Errorf("process: %w", err)
 	}
-	if r.cg != nil {
-		cg, err := r.cg.create(sb.id, s.MemoryMiB)
-		if err != nil {
+	ic := initConfig{id: sb.id, dir: sb.dir, isolated: r.isolated, volume: s.VolumeDir, sock: sb.sock}
+	var extra []*os.File
+	if r.isolated {
+		if err := r.prepareIsolated(sb, s, &ic); err != nil {
 			return err
 		}
-		sb.cgroup = cg
+		extra = []*os.File{sb.uid.file} // lockFD
+	} else {
+		// The working directory, shared with nobody: 1777 as a /tmp.
+		if err := os.Mkdir(filepath.Join(sb.dir, rootDir), 0o755); err != nil {
+			return fmt.Errorf("process: %w", err)
+		}
+		if err := os.Chmod(filepath.Join(sb.dir, rootDir), 0o1777); err != nil {
+			return fmt.Errorf("process: %w", err)
+		}
+		ic.path = commandPath()
 	}
+	sb.path = ic.path
 	logf, err := os.OpenFile(filepath.Join(sb.dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("process: %w", err)
@@ -185,14 +207,13 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	}
 	defer readyR.Close()
 
-	ic := initConfig{id: sb.id, dir: sb.dir, hide: r.dir, path: commandPath(), isolated: r.isolated, volume: s.VolumeDir, sock: sb.sock}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       append([]string{"berth-sandbox"}, ic.args()...), // argv[0] shows in ps
 		Env:        []string{},                                      // the agent's environment (tokens) stays out of the sandbox
 		Stdout:     logf,
 		Stderr:     logf,
-		ExtraFiles: []*os.File{goR, readyW}, // fds 3 and 4 (goFD, readyFD)
+		ExtraFiles: append([]*os.File{goR, readyW}, extra...), // fds 3, 4 (goFD, readyFD) and 5 (lockFD)
 		// Its own process group: a signal to the agent's group does not hit sandboxes.
 		SysProcAttr: &syscall.SysProcAttr{Cloneflags: r.cloneflags, Setpgid: true},
 	}
@@ -213,9 +234,10 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	if err := os.WriteFile(filepath.Join(sb.dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		return fmt.Errorf("process: %w", err)
 	}
-	if sb.cgroup != "" {
-		// Before the init runs anything: everything it and its commands touch is charged here.
-		if err := addProc(sb.cgroup, cmd.Process.Pid); err != nil {
+	// Before the init runs anything: everything it and its commands touch is charged and
+	// counted here, and they cannot leave (no cgroup file system in view).
+	for _, cg := range sb.cgroups {
+		if err := addProc(cg, cmd.Process.Pid); err != nil {
 			return err
 		}
 	}
@@ -224,6 +246,49 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 	}
 	goW.Close()
 	return waitReady(ctx, readyR, sb.id, filepath.Join(sb.dir, logFile))
+}
+
+// prepareIsolated does the host's part of an isolated start: a uid lease, the cgroups with
+// their limits, the root's mount point, the volume's owner, and the init's arguments.
+func (r *Runtime) prepareIsolated(sb *sandbox, s Spec, ic *initConfig) error {
+	lease, err := leaseUID()
+	if err != nil {
+		return err
+	}
+	sb.uid = lease
+	lim := cgroupLimits{memoryMiB: s.MemoryMiB, pids: r.pidsLimit}
+	for _, set := range r.cgroups {
+		cg, err := set.create(sb.id, lim)
+		if err != nil {
+			return err
+		}
+		sb.cgroups = append(sb.cgroups, cg)
+		if set == r.memory {
+			sb.cgroup = cg
+		}
+	}
+	if err := os.Mkdir(filepath.Join(sb.dir, mntDir), 0o755); err != nil {
+		return fmt.Errorf("process: %w", err)
+	}
+	if s.VolumeDir != "" {
+		// Only the directory itself: what is inside was written through the idmapped mount
+		// and is volumeOwner's already.
+		if err := os.Lchown(s.VolumeDir, volumeOwner, volumeOwner); err != nil {
+			return fmt.Errorf("process: volume %s: %w", s.VolumeDir, err)
+		}
+	}
+	layout := r.layout(s.Template)
+	b, err := json.Marshal(layout)
+	if err != nil {
+		return fmt.Errorf("process: %w", err)
+	}
+	tmp := r.tmpMiB
+	if tmp == 0 {
+		tmp = max(s.MemoryMiB/2, minTmpMiB)
+	}
+	ic.rootfs, ic.uid, ic.tmpMiB, ic.shmMiB = string(b), lease.uid, tmp, min(tmp, maxShmMiB)
+	ic.path = sandboxPath(layout)
+	return nil
 }
 
 // waitReady reads the init's one-line verdict: "ok", or "error: …", or EOF if it died (the
@@ -260,101 +325,4 @@ func logTail(path string) string {
 		b = b[len(b)-keep:]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// commandPath is the PATH of exec'd commands: the standard directories, then the agent's.
-func commandPath() string {
-	dirs := filepath.SplitList(defaultPath)
-	seen := map[string]bool{}
-	for _, d := range dirs {
-		seen[d] = true
-	}
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		if d != "" && filepath.IsAbs(d) && !seen[d] {
-			seen[d] = true
-			dirs = append(dirs, d)
-		}
-	}
-	return strings.Join(dirs, string(filepath.ListSeparator))
-}
-
-// Stop stops the sandbox (AGT-7): it kills the whole process tree (with isolation, killing
-// the init ends its PID namespace and everything in it), waits for it, removes the cgroup and
-// the sandbox's directory. Stop is idempotent: an unknown or already stopped id is not an
-// error. Concurrent Stops of one id all wait for the same teardown.
-func (r *Runtime) Stop(ctx context.Context, id string) error {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
-		return nil
-	}
-	select {
-	case <-sb.ready:
-	case <-ctx.Done():
-		return fmt.Errorf("process: stop %s while it starts: %w", id, ctx.Err())
-	}
-	if sb.startErr != nil {
-		return nil // Start cleaned up already
-	}
-	first := false
-	r.mu.Lock()
-	select {
-	case <-sb.stopping:
-	default:
-		close(sb.stopping)
-		first = true
-	}
-	r.mu.Unlock()
-	if first {
-		sb.stopErr = r.teardown(sb)
-		r.mu.Lock()
-		delete(r.sandboxes, id)
-		r.mu.Unlock()
-		close(sb.stopped)
-	}
-	select {
-	case <-sb.stopped:
-		return sb.stopErr
-	case <-ctx.Done():
-		return fmt.Errorf("process: stop %s: %w", id, ctx.Err())
-	}
-}
-
-// teardown kills and removes whatever of sb exists. Its waits are bounded on their own so a
-// stuck cgroup cannot hang the agent; what remains is cleaned by the next New.
-func (r *Runtime) teardown(sb *sandbox) error {
-	var errs []error
-	if sb.proc != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		kill := func() error {
-			if err := sb.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				return fmt.Errorf("process: kill init of %s: %w", sb.id, err)
-			}
-			return nil
-		}
-		if r.isolated || sb.hasExited() { // once reaped, the pid may belong to a stranger
-			errs = append(errs, kill())
-		} else {
-			errs = append(errs, killTree(ctx, sb.proc.Pid, kill, sb.hasExited))
-		}
-		select {
-		case <-sb.exited:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("process: init of %s did not exit: %w", sb.id, ctx.Err()))
-		}
-		cancel()
-	}
-	if sb.cgroup != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		errs = append(errs, removeCgroup(ctx, sb.cgroup))
-		cancel()
-	}
-	if err := os.RemoveAll(sb.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("process: remove %s: %w", sb.dir, err))
-	}
-	if !strings.HasPrefix(sb.sock, sb.dir+string(filepath.Separator)) {
-		_ = os.Remove(sb.sock) // a socket kept in the short directory
-	}
-	return errors.Join(errs...)
 }

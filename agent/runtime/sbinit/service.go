@@ -1,4 +1,4 @@
-package process
+package sbinit
 
 import (
 	"bufio"
@@ -57,7 +57,7 @@ func (s *server) startService(req wireRequest) wireResponse {
 		return wireResponse{Code: berth.EServiceRunning, Message: "the sandbox already runs its service"}
 	}
 	run := &serviceRun{out: &tail{}}
-	argv0, err := lookPath(req.Cmd[0], s.path, s.cwd)
+	argv0, err := lookPath(req.Cmd[0], s.cfg.Path, s.cfg.Cwd)
 	if err != nil {
 		fmt.Fprintf(run.out, "berth: %s: command not found\n", req.Cmd[0])
 		run.exited, run.exitCode = true, 127
@@ -74,7 +74,7 @@ func (s *server) startService(req wireRequest) wireResponse {
 		return errResponse(fmt.Errorf("output pipe: %w", err))
 	}
 	_, done, err := s.reaper.start(argv0, req.Cmd, &os.ProcAttr{
-		Dir:   s.cwd,
+		Dir:   s.cfg.Cwd,
 		Env:   env,
 		Files: []*os.File{devNull, outW, outW},
 		// Its own process group: exec timeouts, which kill their command's group, never hit it.
@@ -126,17 +126,17 @@ func (s *server) serviceStatus() wireResponse {
 // exited, else app_unreachable.
 func (s *server) dialApp(c net.Conn, br *bufio.Reader, req wireRequest) {
 	if req.Port < 1 || req.Port > 65535 {
-		writeResponse(c, wireResponse{Code: berth.EInvalidRequest, Message: fmt.Sprintf("port %d is not in 1..65535", req.Port)}, nil)
+		writeResponse(c, wireResponse{Code: berth.EInvalidRequest, Message: fmt.Sprintf("port %d is not in 1..65535", req.Port)})
 		return
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
 	app, err := net.DialTimeout("tcp", addr, dialTimeout)
 	if err != nil {
-		writeResponse(c, s.unreachable(req.Port, err), nil)
+		writeResponse(c, s.unreachable(req.Port, err))
 		return
 	}
 	defer app.Close()
-	if err := writeResponse(c, wireResponse{}, nil); err != nil {
+	if err := writeResponse(c, wireResponse{}); err != nil {
 		return
 	}
 	splice(c, br, app)

@@ -1,4 +1,4 @@
-package process
+package sbinit
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// defaultPath is searched before the agent's PATH for exec'd commands.
-const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+// DefaultPath is the PATH of exec'd commands unless Config.Path says otherwise.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // defaultTimeoutS is the exec timeout when the request sets none, seconds.
 const defaultTimeoutS = 60
@@ -91,7 +91,7 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	if req.TimeoutS <= 0 {
 		timeout = defaultTimeoutS * time.Second
 	}
-	argv0, err := lookPath(req.Cmd[0], s.path, s.cwd)
+	argv0, err := lookPath(req.Cmd[0], s.cfg.Path, s.cfg.Cwd)
 	if err != nil {
 		return wireResponse{ExitCode: 127, Stderr: fmt.Sprintf("berth: %s: command not found\n", req.Cmd[0])}
 	}
@@ -113,7 +113,7 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 		return errResponse(fmt.Errorf("stderr pipe: %w", err))
 	}
 	pid, done, err := s.reaper.start(argv0, req.Cmd, &os.ProcAttr{
-		Dir:   s.cwd,
+		Dir:   s.cfg.Cwd,
 		Env:   s.env(),
 		Files: []*os.File{stdin, outW, errW},
 		// Its own process group, so a timeout kills everything it started in the foreground
@@ -163,10 +163,10 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	resp.Stdout = string(stdout.finish())
 	errText := stderr.finish()
 	if stdout.dropped > 0 {
-		errText = fmt.Appendf(errText, "\nberth: stdout truncated to %d bytes (%d dropped)\n", maxOutputBytes, stdout.dropped)
+		errText = fmt.Appendf(errText, "\nberth: stdout truncated to %d bytes (%d dropped)\n", MaxOutputBytes, stdout.dropped)
 	}
 	if stderr.dropped > 0 {
-		errText = fmt.Appendf(errText, "\nberth: stderr truncated to %d bytes (%d dropped)\n", maxOutputBytes, stderr.dropped)
+		errText = fmt.Appendf(errText, "\nberth: stderr truncated to %d bytes (%d dropped)\n", MaxOutputBytes, stderr.dropped)
 	}
 	if timedOut {
 		resp.ExitCode = -1
@@ -177,13 +177,9 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 }
 
 // env is the environment of exec'd commands and services: PATH, HOME (the working directory),
-// LANG, and TMPDIR without isolation (where /tmp is the host's).
+// LANG, then Config.Env.
 func (s *server) env() []string {
-	env := []string{"PATH=" + s.path, "HOME=" + s.cwd, "LANG=C.UTF-8"}
-	if !s.isolated {
-		env = append(env, "TMPDIR="+s.cwd)
-	}
-	return env
+	return append([]string{"PATH=" + s.cfg.Path, "HOME=" + s.cfg.Cwd, "LANG=C.UTF-8"}, s.cfg.Env...)
 }
 
 // killGroup kills the process group led by pid; it refuses pids that would address more
@@ -232,7 +228,7 @@ func lookPath(name, path, cwd string) (string, error) {
 	return "", os.ErrNotExist
 }
 
-// output captures one pipe of a command, keeping at most maxOutputBytes. When the command
+// output captures one pipe of a command, keeping at most MaxOutputBytes. When the command
 // exits, finish stops the capture without waiting for EOF (a background process may hold the
 // pipe forever): it interrupts the blocked read, takes what is already in the pipe with
 // non-blocking reads, and leaves a goroutine discarding the rest until every writer is gone.
@@ -246,7 +242,7 @@ type output struct {
 func newOutput(f *os.File) *output { return &output{f: f, final: make(chan struct{})} }
 
 func (o *output) keep(p []byte) {
-	room := maxOutputBytes - len(o.buf)
+	room := MaxOutputBytes - len(o.buf)
 	if len(p) > room {
 		o.dropped += int64(len(p) - room)
 		p = p[:room]
@@ -290,7 +286,7 @@ func drainPipe(f *os.File, b []byte, keep func([]byte)) (eof bool) {
 		return false
 	}
 	// Bounded: a writer faster than us must not keep exec from returning.
-	for range 2 * maxOutputBytes / len(b) {
+	for range 2 * MaxOutputBytes / len(b) {
 		var n int
 		var rerr error
 		rc.Read(func(fd uintptr) bool {

@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/evacuate"
+	"github.com/berth-dev/berth/internal/httpjson"
+)
+
+// Checkpoint saves sandbox id — processes, memory, its /tmp — into the snapshot store under
+// image, then stops it here and drops it from the books, which frees its memory and its
+// admission charge (PAUSE-1; the server records where it went, so no "ended" report
+// follows). Before the snapshot the guest's init must answer (PAUSE-2). Nothing is lost on
+// a failure: if the runtime cannot checkpoint, the guest runs on; if the image cannot be
+// stored, the guest is restored here from the local copy and runs on; only when both fail
+// does it end, failed, with the real reason. Errors: unsupported (no checkpoint capability or
+// no snapshot store), invalid_request (bad image name), conflict (not started yet, being
+// checkpointed, or its init does not answer: it runs on), unavailable (the runtime or the
+// store failed and the guest runs on), sandbox_not_found (no such guest, or it died in the
+// attempt: the message says why).
+func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.CheckpointResult, error) {
+	res := berth.CheckpointResult{Image: image}
+	if a.ckpt == nil {
+		return res, berth.Errorf(berth.EUnsupported, "agent %s cannot checkpoint (runtime %q, snapshot store: %t)",
+			a.cfg.ID, a.info.Name, a.cfg.SnapshotStore != nil)
+	}
+	if err := validImageName(image); err != nil {
+		return res, err
+	}
+	a.mu.Lock()
+	g, ok := a.guests[id]
+	switch {
+	case !ok:
+		a.mu.Unlock()
+		return res, berth.Errorf(berth.ESandboxNotFound, "sandbox %s is not running on agent %s", id, a.cfg.ID)
+	case !g.started:
+		a.mu.Unlock()
+		return res, berth.Errorf(berth.EConflict, "sandbox %s is still starting", id)
+	case g.checkpointing:
+		a.mu.Unlock()
+		return res, berth.Errorf(berth.EConflict, "sandbox %s is already being checkpointed", id)
+	}
+	g.checkpointing = true
+	res.ResidentMiB = g.resident
+	spec := g.spec
+	a.mu.Unlock()
+	keep := func() {
+		a.mu.Lock()
+		if cur := a.guests[id]; cur == g {
+			g.checkpointing = false
+		}
+		a.mu.Unlock()
+	}
+
+	ping, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := a.ckpt.Ping(ping, id)
+	cancel()
+	if err != nil {
+		keep()
+		return res, berth.Errorf(berth.EConflict, "sandbox %s failed its health check before the snapshot (its init does not answer): %v", id, err)
+	}
+	if err := os.MkdirAll(a.cfg.SnapshotDir, 0o700); err != nil {
+		keep()
+		return res, fmt.Errorf("agent %s: snapshot dir: %w", a.cfg.ID, err)
+	}
+	dir, err := os.MkdirTemp(a.cfg.SnapshotDir, id+"-")
+	if err != nil {
+		keep()
+		return res, fmt.Errorf("agent %s: snapshot dir: %w", a.cfg.ID, err)
+	}
+	defer os.RemoveAll(dir)
+
+	start := time.Now()
+	if err := a.ckpt.Checkpoint(ctx, id, dir); err != nil {
+		if m, merr := a.rt.Measure(id); merr == nil && !m.Exited {
+			keep()
+			return res, berth.Errorf(berth.EUnavailable, "checkpoint of %s failed; it runs on here: %v", id, err)
+		}
+		reason := "checkpoint failed and the sandbox died: " + err.Error()
+		a.end(context.WithoutCancel(ctx), id, berth.SandboxFailed, reason, time.Now())
+		return res, berth.Errorf(berth.ESandboxNotFound, "%s", reason)
+	}
+	res.CheckpointMS = time.Since(start).Milliseconds()
+	res.ImageBytes = dirBytes(dir)
+
+	start = time.Now()
+	st, err := evacuate.WriteDir(ctx, a.cfg.SnapshotStore, image, dir)
+	if err != nil {
+		// The guest is stopped but its image is here: bring it back rather than lose it.
+		vol, _ := a.volumeDir(spec.Volume)
+		restore, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if rerr := a.ckpt.Restore(restore, Spec{ID: id, Template: spec.Template, MemoryMiB: spec.MemoryMiB,
+			VCPUs: spec.VCPUs, VolumeDir: vol}, dir); rerr != nil {
+			reason := fmt.Sprintf("its image could not be stored (%v) and the local restore failed: %v", err, rerr)
+			a.forget(id, g)
+			a.queueEnded(id, berth.SandboxFailed, reason, time.Now())
+			return res, berth.Errorf(berth.ESandboxNotFound, "%s", reason)
+		}
+		keep()
+		return res, berth.Errorf(berth.EUnavailable, "the image of %s could not be stored; it was restored here and runs on: %v", id, err)
+	}
+	res.UploadMS = time.Since(start).Milliseconds()
+	res.StoredBytes, res.ZeroChunks = st.BytesMoved, st.ZeroChunks
+	a.forget(id, g)
+	a.log.Info("sandbox checkpointed", "sandbox", id, "image", image, "image_bytes", res.ImageBytes,
+		"stored_bytes", res.StoredBytes, "checkpoint_ms", res.CheckpointMS, "upload_ms", res.UploadMS)
+	a.Kick()
+	return res, nil
+}
+
+// forget drops guest g from the books if it is still the record of id.
+func (a *Agent) forget(id string, g *guest) {
+	a.mu.Lock()
+	if a.guests[id] == g {
+		delete(a.guests, id)
+	}
+	a.mu.Unlock()
+}
+
+// queueEnded reports a guest that is already gone on the next heartbeat.
+func (a *Agent) queueEnded(id string, state berth.SandboxState, reason string, now time.Time) {
+	a.mu.Lock()
+	a.ended = append(a.ended, berth.EndedSandbox{ID: id, State: state, Reason: reason, At: now.UTC()})
+	a.mu.Unlock()
+	a.log.Info("sandbox ended", "sandbox", id, "state", state, "reason", reason)
+	a.Kick()
+}
+
+// restore fetches image from the snapshot store and has the runtime restore sandbox s from
+// it (PAUSE-1). Errors: unsupported, not_found (no such image), or the runtime's (conflict for
+// an image this runtime cannot rebuild).
+func (a *Agent) restore(ctx context.Context, s Spec, image string) error {
+	if a.ckpt == nil {
+		return berth.Errorf(berth.EUnsupported, "agent %s cannot restore (runtime %q, snapshot store: %t)",
+			a.cfg.ID, a.info.Name, a.cfg.SnapshotStore != nil)
+	}
+	if err := validImageName(image); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(a.cfg.SnapshotDir, 0o700); err != nil {
+		return fmt.Errorf("agent %s: snapshot dir: %w", a.cfg.ID, err)
+	}
+	dir, err := os.MkdirTemp(a.cfg.SnapshotDir, s.ID+"-")
+	if err != nil {
+		return fmt.Errorf("agent %s: snapshot dir: %w", a.cfg.ID, err)
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	if _, err := evacuate.ReadDir(ctx, a.cfg.SnapshotStore, image, dir); err != nil {
+		if errors.Is(err, evacuate.ErrNoImage) {
+			return berth.Errorf(berth.ENotFound, "no image %s in the snapshot store", image)
+		}
+		return berth.Errorf(berth.EUnavailable, "fetch image %s: %v", image, err)
+	}
+	fetched := time.Since(start)
+	if err := a.ckpt.Restore(ctx, s, dir); err != nil {
+		return err
+	}
+	a.log.Info("sandbox restored", "sandbox", s.ID, "image", image, "fetch_ms", fetched.Milliseconds(),
+		"restore_ms", (time.Since(start) - fetched).Milliseconds())
+	return nil
+}
+
+// validImageName accepts a clean relative path of letters, digits, '-', '_', '.' and '/'.
+func validImageName(image string) error {
+	ok := image != "" && len(image) <= 256 && path.Clean(image) == image && !strings.HasPrefix(image, "/") &&
+		!strings.HasPrefix(image, "..")
+	for _, c := range image {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./", c)) {
+			ok = false
+		}
+	}
+	if !ok {
+		return berth.Errorf(berth.EInvalidRequest, "bad image name %q", image)
+	}
+	return nil
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+func (a *Agent) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
+	var req berth.CheckpointRequest
+	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	res, err := a.Checkpoint(r.Context(), r.PathValue("id"), req.Image)
+	if err != nil {
+		httpjson.WriteError(w, "", err)
+		return
+	}
+	httpjson.WriteJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,326 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/cgroups"
+	"github.com/berth-dev/berth/agent/runtime/sbinit"
+)
+
+// lookup returns the started sandbox id, waiting while it starts. Errors: ESandboxNotFound.
+func (r *Runtime) lookup(ctx context.Context, id string) (*sandbox, error) {
+	r.mu.Lock()
+	sb := r.sandboxes[id]
+	r.mu.Unlock()
+	if sb == nil {
+		return nil, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
+	}
+	select {
+	case <-sb.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("gvisor: sandbox %s is starting: %w", id, ctx.Err())
+	}
+	if sb.startErr != nil {
+		return nil, berth.Errorf(berth.ESandboxNotFound, "sandbox %s failed to start", id)
+	}
+	return sb, nil
+}
+
+// client returns the host side of sb's init: each stream is a relay process that `runsc
+// exec` starts inside the sandbox (the init's socket lives in the sentry, out of the host's
+// reach), with one end of a socket pair as its stdin and stdout.
+func (r *Runtime) client(sb *sandbox) *sbinit.Client {
+	return &sbinit.Client{
+		Dial:  func(ctx context.Context) (net.Conn, error) { return r.relay(ctx, sb) },
+		Gone:  func() bool { return sb.hasExited() || !r.holds(sb) },
+		Label: "gvisor: sandbox " + sb.id,
+	}
+}
+
+func (r *Runtime) holds(sb *sandbox) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sandboxes[sb.id] == sb
+}
+
+// relay starts one relay into sb and returns our end of it. Closing the connection ends
+// the relay (its stdin and stdout close); the process is reaped in the background. Errors:
+// conflict while a checkpoint freezes the sandbox, sandbox_not_found once it has ended.
+func (r *Runtime) relay(ctx context.Context, sb *sandbox) (net.Conn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: socket pair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "relay"), os.NewFile(uintptr(fds[1]), "relay-peer")
+	defer theirs.Close()
+	defer ours.Close() // net.FileConn dups it
+	args := append([]string{"exec", "--user", fmt.Sprintf("%d:%d", sandboxUID, sandboxUID), "--cwd", "/tmp", sb.id},
+		r.init.argv...)
+	cmd := r.runscCmd(context.Background(), append(args, relayArg, initSock)...)
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs, theirs, &limitedWriter{w: &stderr, n: 4096}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sb.mu.Lock()
+	if sb.frozen {
+		sb.mu.Unlock()
+		return nil, berth.Errorf(berth.EConflict, "sandbox %s is being checkpointed", sb.id)
+	}
+	if sb.hasExited() {
+		sb.mu.Unlock()
+		return nil, berth.Errorf(berth.ESandboxNotFound, "sandbox %s has ended", sb.id)
+	}
+	err = cmd.Start()
+	if err == nil {
+		sb.relays[cmd] = struct{}{}
+	}
+	sb.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: start a relay into %s: %w", sb.id, err)
+	}
+	go func() {
+		cmd.Wait()
+		sb.mu.Lock()
+		delete(sb.relays, cmd)
+		sb.mu.Unlock()
+		if !cmd.ProcessState.Success() && stderr.Len() > 0 {
+			r.log.Debug("gvisor: relay ended", "sandbox", sb.id, "state", cmd.ProcessState.String(), "stderr", stderr.String())
+		}
+	}()
+	c, err := net.FileConn(ours)
+	if err != nil {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("gvisor: relay conn: %w", err)
+	}
+	return c, nil
+}
+
+// killRelays ends every relay in flight into sb and waits (bounded) until they are gone.
+func (r *Runtime) killRelays(sb *sandbox) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sb.mu.Lock()
+		n := len(sb.relays)
+		for cmd := range sb.relays {
+			cmd.Process.Kill()
+		}
+		sb.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+// Exec runs req.Cmd inside the sandbox (cwd /tmp) and returns when it exits; see
+// sbinit.Client.Exec for the contract.
+func (r *Runtime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return berth.ExecResult{}, err
+	}
+	return r.client(sb).Exec(ctx, req)
+}
+
+// WriteFile streams content into path as the sandbox sees it (ISO-3); see
+// sbinit.Client.WriteFile.
+func (r *Runtime) WriteFile(ctx context.Context, id, path string, content io.Reader) error {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	return r.client(sb).WriteFile(ctx, path, content)
+}
+
+// ReadFile streams path as the sandbox sees it; see sbinit.Client.ReadFile.
+func (r *Runtime) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.client(sb).ReadFile(ctx, path)
+}
+
+// Serve starts the sandbox's one service (APP-1); see sbinit.Client.Serve.
+func (r *Runtime) Serve(ctx context.Context, id string, req berth.ServiceRequest) error {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	return r.client(sb).Serve(ctx, req)
+}
+
+// ServiceStatus reports the sandbox's service; see sbinit.Client.ServiceStatus.
+func (r *Runtime) ServiceStatus(ctx context.Context, id string) (berth.ServiceStatus, error) {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return berth.ServiceStatus{}, err
+	}
+	return r.client(sb).ServiceStatus(ctx)
+}
+
+// Dial connects to 127.0.0.1:port on the sandbox's own loopback through its init (APP-1,
+// WebSocket included: the stream carries any bytes, half-close too); see
+// sbinit.Client.DialPort.
+func (r *Runtime) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, berth.Errorf(berth.EInvalidRequest, "port %d is not in 1..65535", port)
+	}
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return r.client(sb).DialPort(ctx, port)
+}
+
+// Ping checks that the sandbox's init answers (PAUSE-2's health check).
+func (r *Runtime) Ping(ctx context.Context, id string) error {
+	sb, err := r.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	return r.client(sb).Ping(ctx)
+}
+
+// Measurement is one reading of a sandbox's memory (AGT-3): the working set in MiB of its
+// cgroup, which holds the sentry (and so the guest's memory, its /tmp included) and the
+// gofer; Seen when the cgroup has processes and a usage; Exited once runsc has ended;
+// OOMKills as the kernel counted them in the cgroup (C09).
+type Measurement struct {
+	ResidentMiB int64
+	Seen        bool
+	Exited      bool
+	OOMKills    int64
+}
+
+// Measure reads the sandbox's cgroup (C24: usage minus inactive file pages). A sandbox still
+// starting reads as not seen. When the kernel OOM killer ends a sandbox (it kills the sentry,
+// and so the whole sandbox), the reading after its exit keeps the last count seen and adds
+// one if runsc's log says the sandbox was killed. Errors: ESandboxNotFound.
+func (r *Runtime) Measure(id string) (Measurement, error) {
+	r.mu.Lock()
+	sb := r.sandboxes[id]
+	r.mu.Unlock()
+	if sb == nil {
+		return Measurement{}, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
+	}
+	select {
+	case <-sb.ready:
+	default:
+		return Measurement{}, nil
+	}
+	if sb.startErr != nil {
+		return Measurement{}, berth.Errorf(berth.ESandboxNotFound, "sandbox %s failed to start", id)
+	}
+	m := Measurement{Exited: sb.hasExited()}
+	dir := filepath.Join(r.memory.Path, r.cgroup, sb.id)
+	if m.Exited {
+		sb.mu.Lock()
+		m.OOMKills = sb.oomKills
+		sb.mu.Unlock()
+		if killedByOOM(sb) {
+			m.OOMKills++
+		}
+		return m, nil
+	}
+	usage, inactive, err := cgroups.Usage(dir, r.memory.V2)
+	if err != nil {
+		if sb.hasExited() {
+			return Measurement{Exited: true}, nil
+		}
+		return m, fmt.Errorf("gvisor: measure %s: %w", id, err)
+	}
+	pids, _ := cgroups.Procs(dir)
+	m.ResidentMiB = cgroups.WorkingSetMiB(usage, inactive)
+	m.Seen = len(pids) > 0 && usage > 0
+	m.OOMKills = cgroups.OOMKills(dir, r.memory.V2)
+	sb.mu.Lock()
+	sb.oomKills = m.OOMKills
+	sb.mu.Unlock()
+	return m, nil
+}
+
+// killedByOOM reports whether sb's runsc ended because its sandbox was SIGKILLed, which on a
+// sandbox nobody stopped is the kernel OOM killer's doing (it kills the sentry).
+func killedByOOM(sb *sandbox) bool {
+	select {
+	case <-sb.stopping:
+		return false
+	default:
+	}
+	if ps := sb.run.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return true
+		}
+	}
+	log := logTail(sb.logPath)
+	return strings.Contains(log, "signal: killed") || strings.Contains(log, "killed by signal 9") ||
+		strings.Contains(log, "exit status "+strconv.Itoa(128+int(syscall.SIGKILL)))
+}
+
+// probe runs this runtime's init in a throwaway sandbox in probe mode and checks its answer:
+// runsc works on this host, with this platform, and the init binary runs inside.
+func (r *Runtime) probe() error {
+	id := "berth-probe-" + strconv.Itoa(os.Getpid())
+	bundle := filepath.Join(r.dir, bundlesDir, id)
+	defer os.RemoveAll(bundle)
+	spec := bundleSpec{ID: id, MemoryMiB: 256, TmpMiB: 16, PidsLimit: 16, Layout: r.builtin, Init: r.init,
+		Cgroup: filepath.Join(r.cgroup, id)}
+	if err := writeBundle(bundle, spec); err != nil {
+		return err
+	}
+	// The probe's args: the init in probe mode.
+	cfg := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		return fmt.Errorf("gvisor: probe: %w", err)
+	}
+	b = bytes.Replace(b, []byte(`"`+initArg+`"`), []byte(`"`+initArg+`", "-probe"`), 1)
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		return fmt.Errorf("gvisor: probe: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := r.runscCmd(ctx, "run", "--bundle", bundle, id)
+	out, err := cmd.CombinedOutput()
+	r.runscCmd(context.Background(), "delete", "--force", id).Run()
+	if err != nil || !bytes.Contains(out, []byte(probeToken)) {
+		return berth.Errorf(berth.EUnavailable, "gvisor: runsc (platform %s) cannot start a sandbox here: %v: %s",
+			r.platform, err, tail(out, 600))
+	}
+	return nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

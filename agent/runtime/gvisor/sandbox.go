@@ -1,0 +1,334 @@
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/rootfs"
+)
+
+// Spec is a sandbox to start. MemoryMiB is its memory limit in MiB (> 0); Template picks its
+// root file system (Config.Rootfs, else the built-in one); VolumeDir, when set, is an
+// existing host directory the sandbox sees at /tmp/volume (POOL-2).
+type Spec struct {
+	ID        string
+	Template  string
+	MemoryMiB int64
+	VCPUs     int
+	VolumeDir string
+}
+
+// sandbox is the runtime's record of one sandbox. ready is closed once Start (or Restore)
+// finished; if it failed, startErr is set and the record is already gone from the map.
+type sandbox struct {
+	id     string
+	bundle string // <Dir>/bundles/<id>
+	spec   Spec
+
+	ready    chan struct{}
+	startErr error
+	run      *exec.Cmd     // the attached `runsc run` (or `runsc restore`)
+	exited   chan struct{} // closed once run has been reaped
+	logPath  string
+
+	stopping chan struct{} // closed by the first Stop
+	stopped  chan struct{} // closed when that Stop is done
+	stopErr  error
+
+	mu       sync.Mutex
+	frozen   bool                   // a checkpoint is under way: no new calls
+	relays   map[*exec.Cmd]struct{} // relays in flight
+	oomKills int64                  // the latest reading of the cgroup's OOM kills
+}
+
+func (sb *sandbox) hasExited() bool {
+	select {
+	case <-sb.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// validID accepts ids that are safe as a path element, a container id and a cgroup name.
+func validID(id string) error {
+	if id == "" || id == "." || id == ".." || len(id) > 128 {
+		return berth.Errorf(berth.EInvalidRequest, "bad sandbox id %q", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return berth.Errorf(berth.EInvalidRequest, "bad sandbox id %q: only letters, digits, '-', '_' and '.'", id)
+		}
+	}
+	return nil
+}
+
+// Start starts sandbox s and returns once its init serves. Errors: EInvalidRequest for a
+// bad id, size or volume, EConflict when the id is held, EUnavailable after Close; runtime
+// failures are wrapped and quote runsc's log. A failed start leaves nothing behind.
+func (r *Runtime) Start(ctx context.Context, s Spec) error {
+	sb, err := r.admit(s)
+	if err != nil {
+		return err
+	}
+	return r.finish(sb, r.boot(ctx, sb, nil))
+}
+
+// admit validates s and records its sandbox as starting.
+func (r *Runtime) admit(s Spec) (*sandbox, error) {
+	if err := validID(s.ID); err != nil {
+		return nil, err
+	}
+	if s.MemoryMiB <= 0 {
+		return nil, berth.Errorf(berth.EInvalidRequest, "memory must be positive, not %d MiB", s.MemoryMiB)
+	}
+	if s.VolumeDir != "" {
+		if st, err := os.Stat(s.VolumeDir); err != nil || !st.IsDir() || !filepath.IsAbs(s.VolumeDir) {
+			return nil, berth.Errorf(berth.EInvalidRequest, "volume %q must be an existing absolute directory", s.VolumeDir)
+		}
+	}
+	sb := &sandbox{
+		id: s.ID, spec: s, bundle: filepath.Join(r.dir, bundlesDir, s.ID),
+		ready: make(chan struct{}), exited: make(chan struct{}),
+		stopping: make(chan struct{}), stopped: make(chan struct{}),
+		relays: map[*exec.Cmd]struct{}{},
+	}
+	sb.logPath = filepath.Join(sb.bundle, "runsc.log")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return nil, berth.Errorf(berth.EUnavailable, "gvisor runtime is closed")
+	case r.sandboxes[s.ID] != nil:
+		return nil, berth.Errorf(berth.EConflict, "sandbox %s already exists", s.ID)
+	}
+	r.sandboxes[s.ID] = sb
+	return sb, nil
+}
+
+// finish ends a start: on failure the sandbox is torn down and forgotten.
+func (r *Runtime) finish(sb *sandbox, err error) error {
+	if err != nil {
+		r.teardown(sb)
+		r.mu.Lock()
+		delete(r.sandboxes, sb.id)
+		r.mu.Unlock()
+		sb.startErr = err
+	}
+	close(sb.ready)
+	return err
+}
+
+// layout returns the root file system of a template.
+func (r *Runtime) layout(template string) (rootfs.Layout, error) {
+	if dir, ok := r.cfg.Rootfs[template]; ok {
+		return rootfs.Custom(dir)
+	}
+	return r.builtin, nil
+}
+
+// boot writes sb's bundle and starts it attached: `runsc run`, or `runsc restore` from
+// image when it is set. A run waits for the init's "ok" line; a restore for the restored
+// init to answer a ping (it said "ok" before its checkpoint).
+func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
+	layout, err := r.layout(sb.spec.Template)
+	if err != nil {
+		return berth.Errorf(berth.EInvalidRequest, "template %s: %v", sb.spec.Template, err)
+	}
+	os.RemoveAll(sb.bundle) // a leftover of a start that failed half-way
+	if err := writeBundle(sb.bundle, bundleSpec{
+		ID: sb.id, MemoryMiB: sb.spec.MemoryMiB, TmpMiB: tmpMiB(r.cfg.TmpMiB, sb.spec.MemoryMiB),
+		PidsLimit: r.cfg.PidsLimit, Layout: layout, Init: r.init, VolumeDir: sb.spec.VolumeDir,
+		Cgroup: filepath.Join(r.cgroup, sb.id),
+	}); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(sb.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer logf.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer outR.Close()
+	args := []string{"run", "--bundle", sb.bundle, sb.id}
+	if image != nil {
+		args = []string{"restore", "--bundle", sb.bundle, "--image-path", *image, sb.id}
+	}
+	// Attached (no --detach): the sandbox dies with this runsc process, which the spawner
+	// starts with PDEATHSIG, so no sandbox outlives its agent.
+	cmd := r.runscCmd(context.Background(), args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, outW, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	done := make(chan error, 1)
+	select {
+	case r.spawn <- spawnReq{cmd: cmd, done: done}:
+		err = <-done
+	case <-r.quit:
+		err = berth.Errorf(berth.EUnavailable, "gvisor runtime is closed")
+	}
+	outW.Close()
+	if err != nil {
+		return fmt.Errorf("gvisor: start %s: %w", sb.id, err)
+	}
+	sb.run = cmd
+	go func() { cmd.Wait(); close(sb.exited) }()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if image != nil {
+		return r.waitRestored(ctx, sb)
+	}
+	return waitReady(ctx, outR, sb)
+}
+
+// waitReady reads the init's one-line verdict from its stdout: "ok", or "error: …", or EOF
+// if the sandbox died (the error then quotes the end of runsc's log).
+func waitReady(ctx context.Context, out *os.File, sb *sandbox) error {
+	stop := context.AfterFunc(ctx, func() { out.SetReadDeadline(time.Now()) })
+	defer stop()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	line = strings.TrimSpace(line)
+	switch {
+	case line == "ok":
+		// The rest of the init's stdout is not read: keep the pipe from filling.
+		go io.Copy(io.Discard, out)
+		return nil
+	case strings.HasPrefix(line, "error: "):
+		return fmt.Errorf("gvisor: init of %s: %s", sb.id, strings.TrimPrefix(line, "error: "))
+	case ctx.Err() != nil:
+		return fmt.Errorf("gvisor: waiting for init of %s: %w (runsc log: %s)", sb.id, ctx.Err(), logTail(sb.logPath))
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("gvisor: sandbox %s exited before its init was ready: %s", sb.id, logTail(sb.logPath))
+	default:
+		return fmt.Errorf("gvisor: waiting for init of %s: %w", sb.id, err)
+	}
+}
+
+// logTail returns the end of runsc's log of a sandbox, for error messages.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no log: " + err.Error()
+	}
+	const keep = 1024
+	if len(b) > keep {
+		b = b[len(b)-keep:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Stop stops the sandbox: it kills the container, waits for runsc, deletes the container
+// (and with it its cgroup) and removes its bundle. Stop is idempotent: an unknown or already
+// stopped id is not an error. Concurrent Stops of one id all wait for the same teardown.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	r.mu.Lock()
+	sb := r.sandboxes[id]
+	r.mu.Unlock()
+	if sb == nil {
+		return nil
+	}
+	select {
+	case <-sb.ready:
+	case <-ctx.Done():
+		return fmt.Errorf("gvisor: stop %s while it starts: %w", id, ctx.Err())
+	}
+	if sb.startErr != nil {
+		return nil // the start cleaned up already
+	}
+	first := false
+	r.mu.Lock()
+	select {
+	case <-sb.stopping:
+	default:
+		close(sb.stopping)
+		first = true
+	}
+	r.mu.Unlock()
+	if first {
+		sb.stopErr = r.teardown(sb)
+		r.forget(sb)
+		close(sb.stopped)
+	}
+	select {
+	case <-sb.stopped:
+		return sb.stopErr
+	case <-ctx.Done():
+		return fmt.Errorf("gvisor: stop %s: %w", id, ctx.Err())
+	}
+}
+
+// forget drops sb from the map if it is still the record of its id.
+func (r *Runtime) forget(sb *sandbox) {
+	r.mu.Lock()
+	if r.sandboxes[sb.id] == sb {
+		delete(r.sandboxes, sb.id)
+	}
+	r.mu.Unlock()
+}
+
+// teardown kills and removes whatever of sb exists. Its waits are bounded so a stuck runsc
+// cannot hang the agent; what remains is cleaned by the next New.
+func (r *Runtime) teardown(sb *sandbox) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r.killRelays(sb)
+	var errs []error
+	if sb.run != nil && !sb.hasExited() {
+		r.runscCmd(ctx, "kill", sb.id, "KILL").Run()
+		select {
+		case <-sb.exited:
+		case <-time.After(5 * time.Second):
+			// runsc did not end with its container: end it (it is our child, by pid).
+			sb.run.Process.Kill()
+			select {
+			case <-sb.exited:
+			case <-ctx.Done():
+				errs = append(errs, fmt.Errorf("gvisor: runsc of %s did not exit: %w", sb.id, ctx.Err()))
+			}
+		}
+	}
+	if out, err := r.runscCmd(ctx, "delete", "--force", sb.id).CombinedOutput(); err != nil &&
+		!strings.Contains(string(out), "does not exist") {
+		errs = append(errs, fmt.Errorf("gvisor: delete %s: %v: %s", sb.id, err, strings.TrimSpace(string(out))))
+	}
+	if err := os.RemoveAll(sb.bundle); err != nil {
+		errs = append(errs, fmt.Errorf("gvisor: remove %s: %w", sb.bundle, err))
+	}
+	return errors.Join(errs...)
+}
+
+// spawnReq asks the spawner to start a process.
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// spawner starts processes from one goroutine locked to its OS thread for the runtime's
+// life. PDEATHSIG fires when the *thread* that forked a child exits; a thread that never
+// exits makes it mean "when the agent dies". The goroutine returns without unlocking, so the
+// thread ends with the runtime, after Close stopped every sandbox.
+func spawner(reqs <-chan spawnReq, quit <-chan struct{}) {
+	runtime.LockOSThread()
+	for {
+		select {
+		case req := <-reqs:
+			req.done <- req.cmd.Start()
+		case <-quit:
+			return
+		}
+	}
+}

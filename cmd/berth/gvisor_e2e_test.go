@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/preempt"
+)
+
+// startCounter starts a counter in sandbox id that writes its value to /tmp/counter ten
+// times a second and keeps it in memory (a shell variable): a restore that did not keep the
+// process's memory would start again from zero.
+func startCounter(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	res, err := c.Exec(context.Background(), id, berth.ExecRequest{Cmd: []string{"sh", "-c",
+		`nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done' >/dev/null 2>&1 &`}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the counter: %+v, %v", res, err)
+	}
+}
+
+// counter reads the counter of sandbox id.
+func counter(t *testing.T, c *client.Client, id string) int {
+	t.Helper()
+	b, err := c.ReadFile(context.Background(), id, "/tmp/counter")
+	if err != nil {
+		t.Fatalf("read the counter of %s: %v", id, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("counter of %s is %q", id, b)
+	}
+	return n
+}
+
+// waitCounterPast waits until sandbox id's counter is past n.
+func waitCounterPast(t *testing.T, c *client.Client, id string, n int) int {
+	t.Helper()
+	var got int
+	waitFor(t, 30*time.Second, fmt.Sprintf("the counter of %s past %d", id, n), func() (bool, string) {
+		got = counter(t, c, id)
+		return got > n, strconv.Itoa(got)
+	})
+	return got
+}
+
+// TestE2E_GVisorREADME is the README's "First sandbox" and "First app" on `berth dev`'s
+// default runtime where runsc is installed, through the CLI as a new user types them.
+func TestE2E_GVisorREADME(t *testing.T) {
+	st := bootGVisor(t, func(c *devConfig) { c.Agents = 2 })
+	id, err := berthCLI(t, st, "", "sandbox", "create", "-q", "python")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	id = strings.TrimSpace(id)
+	if out, err := berthCLI(t, st, "", "sandbox", "exec", id, "--", "python3", "-c", "print(2+2)"); err != nil || out != "4\n" {
+		t.Fatalf("exec = %q, %v; want 4", out, err)
+	}
+	if _, err := berthCLI(t, st, "hello from berth\n", "sandbox", "write", id, "/tmp/hello.txt"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if out, err := berthCLI(t, st, "", "sandbox", "read", id, "/tmp/hello.txt"); err != nil || out != "hello from berth\n" {
+		t.Fatalf("read = %q, %v", out, err)
+	}
+	if a := agentByID(t, adminClient(st), mustSandbox(t, st, id).AgentID); a.Runtime != "gvisor" || !a.Checkpoint {
+		t.Fatalf("agent %s runs %q (checkpoint %t); want gvisor with checkpoints", a.AgentID, a.Runtime, a.Checkpoint)
+	}
+	if _, err := berthCLI(t, st, "", "sandbox", "kill", id); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	if sb := mustSandbox(t, st, id); sb.State != berth.SandboxStopped {
+		t.Fatalf("after kill: %s", sb.State)
+	}
+
+	page := filepath.Join(t.TempDir(), "index.html")
+	os.WriteFile(page, []byte("hello from an app\n"), 0o644)
+	if _, err := berthCLI(t, st, "", "apps", "create", "hello", "--template", "python", "--port", "8080", "--idle", "60",
+		"--file", "index.html="+page, "--", "python3", "-m", "http.server", "8080", "--bind", "127.0.0.1"); err != nil {
+		t.Fatalf("apps create: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the app serving", func() (bool, string) {
+		body, code := get(t, st.URL+"/apps/hello/")
+		return code == 200 && body == "hello from an app\n", fmt.Sprint(code, body)
+	})
+	os.WriteFile(page, []byte("version two\n"), 0o644)
+	if _, err := berthCLI(t, st, "", "apps", "deploy", "hello", "--file", "index.html="+page); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	waitFor(t, 60*time.Second, "version two serving", func() (bool, string) {
+		body, code := get(t, st.URL+"/apps/hello/")
+		return code == 200 && body == "version two\n", fmt.Sprint(code, body)
+	})
+	if _, err := berthCLI(t, st, "", "apps", "delete", "hello"); err != nil {
+		t.Fatalf("apps delete: %v", err)
+	}
+}
+
+func mustSandbox(t *testing.T, st *devStack, id string) berth.Sandbox {
+	t.Helper()
+	sb, err := adminClient(st).Sandbox(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return sb
+}
+
+func get(t *testing.T, url string) (string, int) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return err.Error(), 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode
+}
+
+// TestPAUSE1_ResumeOnTheOtherAgent: a sandbox running a counter is paused — its host memory
+// is released, the agent's admittable rises — resumed on the other agent of a two-agent
+// berth dev, and the counter goes on from its value at the pause, not from zero; once
+// through the Go SDK, once through the CLI (PAUSE-1).
+func TestPAUSE1_ResumeOnTheOtherAgent(t *testing.T) {
+	st := bootGVisor(t, func(c *devConfig) { c.Agents = 2 })
+	ctx := context.Background()
+	c := adminClient(st)
+	for _, via := range []string{"sdk", "cli"} {
+		t.Run(via, func(t *testing.T) {
+			sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell", Stateful: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			from, other := sb.AgentID, "dev-agent-1"
+			if from == other {
+				other = "dev-agent-2"
+			}
+			startCounter(t, c, sb.ID)
+			waitFor(t, 10*time.Second, from+" charging the sandbox", func() (bool, string) {
+				a := agentByID(t, c, from)
+				return len(a.Sandboxes) == 1 && a.MemoryMiBCommitted == sb.MemoryMiB, fmt.Sprint(a.Sandboxes)
+			})
+			before := agentByID(t, c, from).MemoryMiBAdmittable
+			// Far from zero, so that a restart from zero could not pass for the same counter.
+			atPause := waitCounterPast(t, c, sb.ID, 30)
+
+			var paused berth.Sandbox
+			if via == "sdk" {
+				paused, err = c.PauseSandbox(ctx, sb.ID)
+			} else {
+				var out string
+				if out, err = berthCLI(t, st, "", "sandbox", "pause", sb.ID); err == nil {
+					err = json.Unmarshal([]byte(out), &paused)
+				}
+			}
+			if err != nil || paused.State != berth.SandboxPaused || paused.AgentID != "" || paused.PausedAt.IsZero() {
+				t.Fatalf("pause: %+v, %v; want paused on no host", paused, err)
+			}
+			waitFor(t, 10*time.Second, from+"'s admittable rising by the paused sandbox's charge", func() (bool, string) {
+				a := agentByID(t, c, from)
+				return a.MemoryMiBAdmittable >= before+sb.MemoryMiB && len(a.Sandboxes) == 0,
+					fmt.Sprintf("admittable %d (before %d), holding %d", a.MemoryMiBAdmittable, before, len(a.Sandboxes))
+			})
+			if _, err := c.Exec(ctx, sb.ID, berth.ExecRequest{Cmd: []string{"true"}}); berth.ErrorCode(err) != berth.EConflict {
+				t.Fatalf("exec in a paused sandbox: %v, want conflict", err)
+			}
+
+			// Only the other agent may take it: the resume lands there.
+			if err := c.DrainAgent(ctx, from, "test: resume elsewhere"); err != nil {
+				t.Fatal(err)
+			}
+			defer c.UndrainAgent(ctx, from)
+			var resumed berth.Sandbox
+			if via == "sdk" {
+				resumed, err = c.ResumeSandbox(ctx, sb.ID)
+			} else {
+				var out string
+				if out, err = berthCLI(t, st, "", "sandbox", "resume", sb.ID); err == nil {
+					err = json.Unmarshal([]byte(out), &resumed)
+				}
+			}
+			if err != nil || resumed.State != berth.SandboxRunning || resumed.AgentID != other || resumed.ID != sb.ID {
+				t.Fatalf("resume: %+v, %v; want %s running on %s", resumed, err, sb.ID, other)
+			}
+			after := counter(t, c, sb.ID)
+			if after < atPause {
+				t.Fatalf("counter %d after the resume, %d before the pause: it started over", after, atPause)
+			}
+			later := waitCounterPast(t, c, sb.ID, after)
+			t.Logf("%s: counter %d before the pause, %d after the resume on %s, then %d", via, atPause, after, other, later)
+			evs, err := c.Events(ctx, "sandbox/"+sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var path []string
+			for _, e := range evs {
+				path = append(path, e.To)
+			}
+			if got := strings.Join(path, " → "); !strings.HasSuffix(got, "running → pausing → paused → resuming → running") {
+				t.Fatalf("events %s", got)
+			}
+			if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// awsNotice serves AWS's instance metadata on loopback: a token, and 404 for the spot
+// instance action until arm is called, then a terminate notice for the deadline arm gets.
+type awsNotice struct {
+	srv      *httptest.Server
+	deadline atomic.Pointer[time.Time]
+}
+
+func newAWSNotice(t *testing.T) *awsNotice {
+	n := &awsNotice{}
+	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/latest/api/token":
+			io.WriteString(w, "token")
+		case "/latest/meta-data/spot/instance-action":
+			if d := n.deadline.Load(); d != nil {
+				fmt.Fprintf(w, `{"action": "terminate", "time": %q}`, d.UTC().Format(time.RFC3339))
+				return
+			}
+			w.WriteHeader(http.StatusNotFound)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(n.srv.Close)
+	return n
+}
+
+func (n *awsNotice) arm(deadline time.Time) { n.deadline.Store(&deadline) }
+
+// TestSPOT3_SnapshotMoves: a hard preemption notice from a loopback AWS metadata server on one
+// of two agents. Its stateful sandbox with in-memory state is checkpointed, moved and running
+// on the other agent before the notice's deadline — the same sandbox, its counter going on —
+// with an event for each step; a stateless one moves the same way with the budget left. Two
+// guests whose snapshot fails for real (their image cannot be stored: the store refuses the
+// path) fall back: the stateless one is reconstructed from its template, the stateful one is
+// lost with the real reason (SPOT-3, PAUSE-2).
+func TestSPOT3_SnapshotMoves(t *testing.T) {
+	notice := newAWSNotice(t)
+	st := bootGVisor(t, func(c *devConfig) {
+		c.Agents = 2
+		c.agentHook = func(i int, ac *agent.Config) {
+			if i == 0 {
+				ac.Notices = preempt.AWS{BaseURL: notice.srv.URL, Poll: 50 * time.Millisecond}
+			}
+		}
+	})
+	ctx := context.Background()
+	c := adminClient(st)
+	if err := c.DrainAgent(ctx, "dev-agent-2", "test: everything starts on dev-agent-1"); err != nil {
+		t.Fatal(err)
+	}
+	create := func(stateful bool) berth.Sandbox {
+		sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell", Stateful: stateful})
+		if err != nil || sb.AgentID != "dev-agent-1" {
+			t.Fatalf("create: %+v, %v", sb, err)
+		}
+		startCounter(t, c, sb.ID)
+		return sb
+	}
+	db, session, brokenDB, brokenSession := create(true), create(false), create(true), create(false)
+	for _, sb := range []berth.Sandbox{brokenDB, brokenSession} {
+		// A file where the sandbox's images would go: the store refuses every write there.
+		if err := os.WriteFile(filepath.Join(st.dataDir, "snapshots", sb.ID), []byte("in the way"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.UndrainAgent(ctx, "dev-agent-2"); err != nil {
+		t.Fatal(err)
+	}
+	atNotice := waitCounterPast(t, c, db.ID, 30)
+	deadline := time.Now().Add(60 * time.Second)
+	notice.arm(deadline)
+
+	waitFor(t, 60*time.Second, "the stateful sandbox running on dev-agent-2", func() (bool, string) {
+		sb, err := c.Sandbox(ctx, db.ID)
+		return err == nil && sb.State == berth.SandboxRunning && sb.AgentID == "dev-agent-2", fmt.Sprint(sb.State, sb.AgentID, sb.Reason, err)
+	})
+	if after := counter(t, c, db.ID); after < atNotice {
+		t.Fatalf("the moved sandbox's counter is %d, it was %d at the notice: its memory did not move", after, atNotice)
+	}
+	steps := func(id string) ([]string, time.Time) {
+		evs, err := c.Events(ctx, "sandbox/"+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var path []string
+		for _, e := range evs {
+			path = append(path, e.To+" ("+e.Reason+")")
+		}
+		return path, evs[len(evs)-1].At
+	}
+	path, last := steps(db.ID)
+	joined := strings.Join(path, " → ")
+	for _, want := range []string{"evacuating (preemption notice: moving it by snapshot; hard deadline", "snapshotting (", "paused (checkpointed on agent/dev-agent-1",
+		"resuming (restoring it on agent/dev-agent-2", "running (agent restored it"} {
+		if !strings.Contains(joined, want) {
+			t.Fatalf("events of the moved sandbox: %s\nwant a step %q", joined, want)
+		}
+	}
+	if !last.Before(deadline) {
+		t.Fatalf("the move finished at %s, after the notice's deadline %s", last, deadline)
+	}
+	waitFor(t, 30*time.Second, "the stateless sandbox moved too", func() (bool, string) {
+		sb, err := c.Sandbox(ctx, session.ID)
+		return err == nil && sb.State == berth.SandboxRunning && sb.AgentID == "dev-agent-2", fmt.Sprint(sb.State, sb.AgentID, sb.Reason, err)
+	})
+	waitFor(t, 30*time.Second, "the broken stateful sandbox lost with the real reason", func() (bool, string) {
+		sb, err := c.Sandbox(ctx, brokenDB.ID)
+		return err == nil && sb.State == berth.SandboxLost && strings.Contains(sb.Reason, "its snapshot failed") &&
+			strings.Contains(sb.Reason, "could not be stored"), fmt.Sprint(sb.State, " ", sb.Reason, err)
+	})
+	waitFor(t, 30*time.Second, "the broken stateless sandbox reconstructed", func() (bool, string) {
+		sb, err := c.Sandbox(ctx, brokenSession.ID)
+		return err == nil && sb.State == berth.SandboxReconstructed, fmt.Sprint(sb.State, " ", sb.Reason, err)
+	})
+	path, _ = steps(brokenSession.ID)
+	if joined := strings.Join(path, " → "); !strings.Contains(joined, "its snapshot failed") || !strings.Contains(joined, "recreating it from its template instead") {
+		t.Fatalf("events of the reconstructed sandbox: %s", joined)
+	}
+	running, err := c.Sandboxes(ctx, berth.SandboxRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sb := range running {
+		if sb.Metadata["evacuated_from"] == brokenSession.ID && sb.AgentID == "dev-agent-2" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no replacement of %s running on dev-agent-2: %+v", brokenSession.ID, running)
+	}
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"gocloud.dev/gcerrors"
+
+	"github.com/berth-dev/berth"
+)
+
+// settleCheckpoints is the sweeper's part for pauses, resumes and snapshot moves whose
+// replica died half-way (PAUSE-1): a sandbox left pausing or snapshotting longer than
+// PauseTimeout plus StartingGrace, or resuming longer than StartingGrace, is settled by
+// what its agent and the snapshot store hold:
+//
+//   - pausing/snapshotting: listed by its agent → running (the checkpoint never happened or
+//     failed); else its image stored → paused; else lost ("pause interrupted, no image");
+//   - resuming: its agent lists it → the heartbeat already promoted it; else paused again
+//     (its image is still there) and the agent is told to stop whatever it started.
+func (s *Server) settleCheckpoints(ctx context.Context) {
+	now := s.cfg.Clock()
+	actor := "sweeper/" + s.cfg.ReplicaID
+	for _, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxSnapshotting, berth.SandboxResuming} {
+		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: st})
+		if err != nil {
+			return
+		}
+		grace := s.cfg.StartingGrace
+		if st != berth.SandboxResuming {
+			grace += s.cfg.PauseTimeout
+		}
+		for _, sb := range sbs {
+			since, ok := s.enteredAt(ctx, sb.ID, st)
+			if !ok || now.Sub(since) < grace {
+				continue
+			}
+			held := s.agentHolds(ctx, sb.AgentID, sb.ID)
+			move := berth.SandboxMove{ExpiresAt: sb.ExpiresAt, Image: sb.Image}
+			var why string
+			switch {
+			case st == berth.SandboxResuming && held:
+				continue // its agent's heartbeat promotes it
+			case st == berth.SandboxResuming:
+				move.To, move.PausedAt = berth.SandboxPaused, now
+				why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
+				if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
+					_ = s.agents.delete(ctx, addr, sb.ID)
+				}
+			case held:
+				move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
+				why = "checkpoint abandoned: no replica finished it; agent/" + sb.AgentID + " still runs it"
+			case s.imageStored(ctx, sb.Image):
+				move.To, move.PausedAt = berth.SandboxPaused, now
+				why = "checkpoint finished without its replica: its image " + sb.Image + " is stored"
+			default:
+				move.To, move.Image = berth.SandboxLost, ""
+				why = "checkpoint interrupted: agent/" + sb.AgentID + " does not hold it and no image was stored"
+			}
+			if ok, err := s.store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{st}, move, why, actor, now); err == nil && ok {
+				s.log.Warn("settled an abandoned checkpoint or resume", "sandbox", sb.ID, "from", st, "to", move.To, "reason", why)
+			}
+		}
+	}
+}
+
+// enteredAt returns when sandbox id last entered state st (from its events).
+func (s *Server) enteredAt(ctx context.Context, id string, st berth.SandboxState) (time.Time, bool) {
+	evs, err := s.store.Events(ctx, berth.EventFilter{Entity: "sandbox/" + id, To: string(st)})
+	if err != nil || len(evs) == 0 {
+		return time.Time{}, false
+	}
+	return evs[len(evs)-1].At, true
+}
+
+// agentHolds reports whether agent id's latest heartbeat lists sandbox sbID.
+func (s *Server) agentHolds(ctx context.Context, id, sbID string) bool {
+	a, err := s.store.Agent(ctx, id)
+	if err != nil {
+		return false
+	}
+	for _, h := range a.Sandboxes {
+		if h.ID == sbID {
+			return true
+		}
+	}
+	return false
+}
+
+// imageStored reports whether the snapshot store holds image complete (its file list is
+// written last). Without a store configured it cannot know, and says no.
+func (s *Server) imageStored(ctx context.Context, image string) bool {
+	if s.cfg.Snapshots == nil || image == "" {
+		return false
+	}
+	ok, err := s.cfg.Snapshots.Exists(ctx, image+"/files.json")
+	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		s.log.Warn("snapshot store: cannot tell whether an image exists", "image", image, "err", err)
+	}
+	return ok && !errors.Is(err, context.Canceled)
+}
