@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -100,7 +101,7 @@ func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+		return unreachable("agent unreachable: %v", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNoContent {
@@ -126,7 +127,7 @@ func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) (io.R
 	resp, err := c.http.Do(req)
 	if err != nil {
 		cancel()
-		return nil, 0, berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+		return nil, 0, unreachable("agent unreachable: %v", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer cancel()
@@ -143,6 +144,15 @@ type cancelCloser struct {
 }
 
 func (c cancelCloser) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
+
+// errUnreachable marks an agent call that got no (whole) answer: what it did on the agent
+// is unknown. ErrorCode still reads it as unavailable.
+var errUnreachable = errors.New("no answer from the agent")
+
+// unreachable returns an unavailable error that is also errUnreachable.
+func unreachable(format string, args ...any) error {
+	return fmt.Errorf("%w: %w", errUnreachable, berth.Errorf(berth.EUnavailable, format, args...))
+}
 
 // agentError decodes an agent's API-2 error answer; anything else is unavailable.
 func agentError(resp *http.Response) error {
@@ -198,12 +208,12 @@ func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.V
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+		return nil, unreachable("agent unreachable: %v", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 80<<20))
 	if err != nil {
-		return nil, berth.Errorf(berth.EUnavailable, "agent answer cut: %v", err)
+		return nil, unreachable("agent answer cut: %v", err)
 	}
 	if resp.StatusCode == want {
 		return b, nil
@@ -253,7 +263,7 @@ func (c *agentCaller) probe(ctx context.Context, addr, id string, port int) erro
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "agent unreachable: %v", err)
+		return unreachable("agent unreachable: %v", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

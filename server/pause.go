@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -49,8 +50,10 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, p principa
 // no host, its TTL clock stopped at now — once the image is stored (PAUSE-1, PAUSE-2). On
 // failure it records what became of the guest: running again when its agent says it runs
 // on, failed with the real reason when it died in the attempt. It returns the paused
-// sandbox and the checkpoint's figures. Errors: conflict (the state changed meanwhile), or
-// the agent's (see agent.Checkpoint).
+// sandbox and the checkpoint's figures. An agent that gave no answer leaves the outcome
+// unknown: its image stored means it worked; otherwise the sandbox stays in via for the
+// sweeper to settle from the facts. Errors: conflict (the state changed meanwhile), or the
+// agent's (see agent.Checkpoint).
 func (s *Server) checkpointSandbox(ctx context.Context, sb berth.Sandbox, from []berth.SandboxState, via berth.SandboxState,
 	reason, actor string) (berth.Sandbox, berth.CheckpointResult, error) {
 	now := s.cfg.Clock()
@@ -69,7 +72,20 @@ func (s *Server) checkpointSandbox(ctx context.Context, sb berth.Sandbox, from [
 	if err == nil {
 		res, err = s.agents.checkpoint(rec, addr, sb.ID, image, s.cfg.PauseTimeout)
 	}
-	if err != nil {
+	why := ""
+	switch {
+	case err == nil:
+		why = fmt.Sprintf("checkpointed on agent/%s: %d MiB resident, a %.1f MiB image (%.1f MiB stored) in %d ms + %d ms upload",
+			sb.AgentID, res.ResidentMiB, float64(res.ImageBytes)/(1<<20), float64(res.StoredBytes)/(1<<20), res.CheckpointMS, res.UploadMS)
+	case errors.Is(err, errUnreachable) && s.imageStored(rec, image):
+		// The answer was lost, not the checkpoint: its image is whole in the store.
+		why, err = "checkpointed on agent/"+sb.AgentID+" (its answer was lost; the image is stored)", nil
+	case errors.Is(err, errUnreachable):
+		// What the agent did is unknown: the sweeper settles it from what the agent and
+		// the store hold (settleCheckpoints), never a guess here.
+		s.log.Warn("checkpoint outcome unknown; left to the sweeper", "sandbox", sb.ID, "state", via, "err", err)
+		return sb, res, err
+	default:
 		to, why := berth.SandboxRunning, "checkpoint failed; it runs on: "+berth.ErrorMessage(err)
 		if berth.ErrorCode(err) == berth.ESandboxNotFound {
 			to, why = berth.SandboxFailed, berth.ErrorMessage(err)
@@ -81,8 +97,6 @@ func (s *Server) checkpointSandbox(ctx context.Context, sb berth.Sandbox, from [
 		return sb, res, err
 	}
 	now = s.cfg.Clock()
-	why := fmt.Sprintf("checkpointed on agent/%s: %d MiB resident, a %.1f MiB image (%.1f MiB stored) in %d ms + %d ms upload",
-		sb.AgentID, res.ResidentMiB, float64(res.ImageBytes)/(1<<20), float64(res.StoredBytes)/(1<<20), res.CheckpointMS, res.UploadMS)
 	if _, err := s.store.MoveSandbox(rec, sb.ID, []berth.SandboxState{via},
 		berth.SandboxMove{To: berth.SandboxPaused, ExpiresAt: sb.ExpiresAt, PausedAt: now, Image: image}, why, actor, now); err != nil {
 		s.log.Error("could not record a paused sandbox; the sweeper will", "sandbox", sb.ID, "err", err)

@@ -1,0 +1,74 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"gocloud.dev/blob"
+
+	"github.com/berth-dev/berth"
+)
+
+// TestPAUSE1_LostCheckpointAnswer: an agent that drops the connection in the middle of a
+// pause leaves the outcome unknown. The server never guesses "it runs on": with the image
+// whole in the snapshot store the sandbox is paused; without it, it stays pausing for the
+// sweeper to settle from what the agent and the store hold.
+func TestPAUSE1_LostCheckpointAnswer(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		name := "image stored"
+		if !stored {
+			name = "nothing stored"
+		}
+		t.Run(name, func(t *testing.T) {
+			bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
+			must(t, err)
+			t.Cleanup(func() { bucket.Close() })
+			h := newHarnessWith(t, func(c *Config) { c.Snapshots = bucket })
+			ctx := context.Background()
+			agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+					w.WriteHeader(http.StatusCreated)
+				case strings.HasSuffix(r.URL.Path, "/checkpoint"):
+					if stored {
+						var req struct{ Image string }
+						_ = json.NewDecoder(r.Body).Decode(&req)
+						_ = bucket.WriteAll(r.Context(), req.Image+"/files.json", []byte(`{"files":[]}`), nil)
+					}
+					conn, _, _ := w.(http.Hijacker).Hijack()
+					conn.Close() // the answer is lost
+				default:
+					w.WriteHeader(http.StatusNoContent)
+				}
+			}))
+			t.Cleanup(agent.Close)
+			_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: agent.URL, Status: berth.AgentActive,
+				IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096,
+				CPUTotal: 2, HeartbeatAt: time.Now(), Runtime: "gvisor", Checkpoint: true}, time.Now())
+			must(t, err)
+			code, sb, e := h.create(t)
+			if code != http.StatusCreated {
+				t.Fatalf("create: %d %+v", code, e)
+			}
+			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/pause", nil)
+			req.Header.Set("Authorization", "Bearer "+h.key)
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			resp.Body.Close()
+			got, err := h.st.Sandbox(ctx, sb.ID)
+			must(t, err)
+			want, status := berth.SandboxPausing, http.StatusServiceUnavailable
+			if stored {
+				want, status = berth.SandboxPaused, http.StatusOK
+			}
+			if got.State != want || resp.StatusCode != status {
+				t.Fatalf("after a lost answer: %d, sandbox %s (%s); want %d and %s", resp.StatusCode, got.State, got.Reason, status, want)
+			}
+		})
+	}
+}
