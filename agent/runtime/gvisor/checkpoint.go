@@ -104,7 +104,7 @@ func (r *Runtime) waitRestored(ctx context.Context, sb *sandbox) error {
 		case err == nil:
 			return nil
 		case sb.hasExited():
-			return fmt.Errorf("gvisor: restored sandbox %s exited: %s", sb.id, logTail(sb.logPath))
+			return fmt.Errorf("gvisor: restored sandbox %s exited: %s", sb.id, sb.stderr.String())
 		case ctx.Err() != nil:
 			return fmt.Errorf("gvisor: restored sandbox %s does not answer: %w (last: %v)", sb.id, ctx.Err(), err)
 		}

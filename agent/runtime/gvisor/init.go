@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
@@ -67,6 +69,12 @@ func runInit(args []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// Not dumpable: the guest's processes (the same uid) cannot ptrace the init or open its
+	// descriptors through /proc/1/fd. The commands it starts are dumpable again (execve).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Printf("error: not dumpable: %v\n", err)
+		return 1
+	}
 	os.Remove(initSock)
 	l, err := net.Listen("unix", initSock)
 	if err != nil {

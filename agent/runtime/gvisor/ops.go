@@ -222,8 +222,8 @@ type Measurement struct {
 
 // Measure reads the sandbox's cgroup (C24: usage minus inactive file pages). A sandbox still
 // starting reads as not seen. When the kernel OOM killer ends a sandbox (it kills the sentry,
-// and so the whole sandbox), the reading after its exit keeps the last count seen and adds
-// one if runsc's log says the sandbox was killed. Errors: ESandboxNotFound.
+// and so the whole sandbox, and runsc exits 137), the reading after its exit keeps the last
+// count seen, at least one. Errors: ESandboxNotFound.
 func (r *Runtime) Measure(id string) (Measurement, error) {
 	r.mu.Lock()
 	sb := r.sandboxes[id]
@@ -245,8 +245,8 @@ func (r *Runtime) Measure(id string) (Measurement, error) {
 		sb.mu.Lock()
 		m.OOMKills = sb.oomKills
 		sb.mu.Unlock()
-		if killedByOOM(sb) {
-			m.OOMKills++
+		if killedByOOM(sb) && m.OOMKills == 0 {
+			m.OOMKills = 1 // the kill came between two readings of the cgroup
 		}
 		return m, nil
 	}
@@ -267,22 +267,24 @@ func (r *Runtime) Measure(id string) (Measurement, error) {
 	return m, nil
 }
 
-// killedByOOM reports whether sb's runsc ended because its sandbox was SIGKILLed, which on a
-// sandbox nobody stopped is the kernel OOM killer's doing (it kills the sentry).
+// killedByOOM reports whether sb's sandbox ended because the kernel killed it: a sandbox
+// nobody stopped whose runsc saw its sentry die of SIGKILL (the OOM killer kills the
+// sentry, and so the whole sandbox). The guest cannot fake it: nothing it writes is read,
+// and its init, PID 1 of its namespace, cannot be killed from inside.
 func killedByOOM(sb *sandbox) bool {
 	select {
 	case <-sb.stopping:
 		return false
 	default:
 	}
-	if ps := sb.run.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			return true
-		}
+	ps := sb.run.ProcessState
+	if ps == nil {
+		return false
 	}
-	log := logTail(sb.logPath)
-	return strings.Contains(log, "signal: killed") || strings.Contains(log, "killed by signal 9") ||
-		strings.Contains(log, "exit status "+strconv.Itoa(128+int(syscall.SIGKILL)))
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		return true
+	}
+	return ps.ExitCode() == 128+int(syscall.SIGKILL)
 }
 
 // probe runs this runtime's init in a throwaway sandbox in probe mode and checks its answer:

@@ -41,7 +41,7 @@ type sandbox struct {
 	startErr error
 	run      *exec.Cmd     // the attached `runsc run` (or `runsc restore`)
 	exited   chan struct{} // closed once run has been reaped
-	logPath  string
+	stderr   tailBuffer    // the end of runsc's (and the container's) stderr
 
 	stopping chan struct{} // closed by the first Stop
 	stopped  chan struct{} // closed when that Stop is done
@@ -98,6 +98,11 @@ func (r *Runtime) admit(s Spec) (*sandbox, error) {
 		if st, err := os.Stat(s.VolumeDir); err != nil || !st.IsDir() || !filepath.IsAbs(s.VolumeDir) {
 			return nil, berth.Errorf(berth.EInvalidRequest, "volume %q must be an existing absolute directory", s.VolumeDir)
 		}
+		// The sandbox's user owns its volume's top directory (as on the process runtime),
+		// or it could not write its own durable data.
+		if err := os.Chown(s.VolumeDir, sandboxUID, sandboxUID); err != nil {
+			return nil, fmt.Errorf("gvisor: volume %s: %w", s.VolumeDir, err)
+		}
 	}
 	sb := &sandbox{
 		id: s.ID, spec: s, bundle: filepath.Join(r.dir, bundlesDir, s.ID),
@@ -105,7 +110,6 @@ func (r *Runtime) admit(s Spec) (*sandbox, error) {
 		stopping: make(chan struct{}), stopped: make(chan struct{}),
 		relays: map[*exec.Cmd]struct{}{},
 	}
-	sb.logPath = filepath.Join(sb.bundle, "runsc.log")
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -155,16 +159,21 @@ func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
 	}); err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(sb.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("gvisor: %w", err)
-	}
-	defer logf.Close()
+	// The container's stdio are pipes this runtime drains, never host files: the guest can
+	// reach them through /proc/1/fd, and a file would let it write to the host's disk
+	// (the escape suite's "writes through the init's inherited descriptors"). Stderr (also
+	// runsc's own messages) is kept as a bounded tail for error reports.
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
 	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	go sb.stderr.drain(errR)
 	args := []string{"run", "--bundle", sb.bundle, sb.id}
 	if image != nil {
 		args = []string{"restore", "--bundle", sb.bundle, "--image-path", *image, sb.id}
@@ -172,7 +181,7 @@ func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
 	// Attached (no --detach): the sandbox dies with this runsc process, which the spawner
 	// starts with PDEATHSIG, so no sandbox outlives its agent.
 	cmd := r.runscCmd(context.Background(), args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, outW, logf
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	done := make(chan error, 1)
 	select {
@@ -182,6 +191,7 @@ func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
 		err = berth.Errorf(berth.EUnavailable, "gvisor runtime is closed")
 	}
 	outW.Close()
+	errW.Close()
 	if err != nil {
 		return fmt.Errorf("gvisor: start %s: %w", sb.id, err)
 	}
@@ -210,25 +220,45 @@ func waitReady(ctx context.Context, out *os.File, sb *sandbox) error {
 	case strings.HasPrefix(line, "error: "):
 		return fmt.Errorf("gvisor: init of %s: %s", sb.id, strings.TrimPrefix(line, "error: "))
 	case ctx.Err() != nil:
-		return fmt.Errorf("gvisor: waiting for init of %s: %w (runsc log: %s)", sb.id, ctx.Err(), logTail(sb.logPath))
+		return fmt.Errorf("gvisor: waiting for init of %s: %w (runsc log: %s)", sb.id, ctx.Err(), sb.stderr.String())
 	case errors.Is(err, io.EOF):
-		return fmt.Errorf("gvisor: sandbox %s exited before its init was ready: %s", sb.id, logTail(sb.logPath))
+		return fmt.Errorf("gvisor: sandbox %s exited before its init was ready: %s", sb.id, sb.stderr.String())
 	default:
 		return fmt.Errorf("gvisor: waiting for init of %s: %w", sb.id, err)
 	}
 }
 
-// logTail returns the end of runsc's log of a sandbox, for error messages.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "no log: " + err.Error()
+// tailBuffer keeps the last tailBytes written to it, for error messages; drain copies a
+// pipe into it until EOF. Safe for concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 2048
+
+func (t *tailBuffer) drain(r *os.File) {
+	defer r.Close()
+	b := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(b)
+		t.mu.Lock()
+		t.buf = append(t.buf, b[:n]...)
+		if len(t.buf) > tailBytes {
+			t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailBytes:]...)
+		}
+		t.mu.Unlock()
+		if err != nil {
+			return
+		}
 	}
-	const keep = 1024
-	if len(b) > keep {
-		b = b[len(b)-keep:]
-	}
-	return strings.TrimSpace(string(b))
+}
+
+// String returns the kept tail, trimmed, valid UTF-8.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.ToValidUTF8(strings.TrimSpace(string(t.buf)), "")
 }
 
 // Stop stops the sandbox: it kills the container, waits for runsc, deletes the container

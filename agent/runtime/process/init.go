@@ -140,6 +140,13 @@ func runInit(args []string) int {
 		return 1
 	}
 	goPipe.Close()
+	// A session keyring of its own: the agent's (the operator's login session's, under a
+	// shell) would let the sandbox read and change the operator's kernel keys, whatever uid
+	// it drops to (ISO-1; the escape suite's "operator's session keyring").
+	if err := joinAnonymousKeyring(); err != nil {
+		fmt.Fprintf(ready, "error: own session keyring: %v\n", err)
+		return 1
+	}
 
 	if c.isolated {
 		// On success this never returns: stage 2 replaces the process and reports ready.
@@ -217,4 +224,14 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// joinAnonymousKeyring replaces the process's session keyring with a new anonymous one
+// (keyctl KEYCTL_JOIN_SESSION_KEYRING with a NULL name), as container runtimes do.
+func joinAnonymousKeyring() error {
+	_, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }

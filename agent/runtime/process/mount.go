@@ -21,7 +21,7 @@ import (
 //	/            the layout's Dir, read-only, nosuid, nodev
 //	<bind>       each of the layout's Binds (the host's /usr, /lib*), read-only, nosuid, nodev
 //	/proc        a proc of the sandbox's PID namespace
-//	/dev         a read-only tmpfs: null, zero, full, random, urandom, tty bound from the
+//	/dev         a read-only tmpfs: null, zero, full, random, urandom bound from the
 //	             host, the fd and std* links, and a tmpfs /dev/shm
 //	/tmp         a tmpfs of tmpMiB, owned by the sandbox's uid (charged to its memory cgroup,
 //	             never on the host's disk)
@@ -39,7 +39,7 @@ import (
 const mntDir = "mnt"
 
 // devNodes are the host devices a sandbox's /dev holds.
-var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+var devNodes = []string{"null", "zero", "full", "random", "urandom"} // no tty: the host's terminals stay out
 
 // roAttrs are the attributes of every read-only bind: no setuid binary nor device file on
 // them works.

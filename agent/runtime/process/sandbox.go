@@ -214,8 +214,10 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 		Stdout:     logf,
 		Stderr:     logf,
 		ExtraFiles: append([]*os.File{goR, readyW}, extra...), // fds 3, 4 (goFD, readyFD) and 5 (lockFD)
-		// Its own process group: a signal to the agent's group does not hit sandboxes.
-		SysProcAttr: &syscall.SysProcAttr{Cloneflags: r.cloneflags, Setpgid: true},
+		// Its own session (and so its own process group) with no controlling terminal: a
+		// signal to the agent's group does not hit sandboxes, and no sandbox can reach the
+		// terminal berth runs in (TIOCSTI would type commands into the operator's shell).
+		SysProcAttr: &syscall.SysProcAttr{Cloneflags: r.cloneflags, Setsid: true},
 	}
 	done := make(chan error, 1)
 	select {

@@ -47,7 +47,7 @@ func (s *server) rel(p string) (string, error) {
 }
 
 // openIn opens rel inside the file root (resolveFlags). Where openat2 does not exist (gVisor)
-// a confined root is opened with plain openat: that "/" is the sandbox's own.
+// a confined root — whose "/" is the sandbox's own — is walked by openInRoot instead.
 func (s *server) openIn(rel string, flags int, mode uint32) (int, error) {
 	root, err := unix.Open(s.cfg.Files.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -56,12 +56,112 @@ func (s *server) openIn(rel string, flags int, mode uint32) (int, error) {
 	defer unix.Close(root)
 	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags})
 	if errors.Is(err, unix.ENOSYS) && s.cfg.Files.Confined {
-		fd, err = unix.Openat(root, rel, flags|unix.O_CLOEXEC, mode)
+		fd, err = openInRoot(root, rel, flags, mode)
 	}
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: rel, Err: err}
 	}
 	return fd, nil
+}
+
+// maxLinks bounds the symlinks one lookup follows, as the kernel's ELOOP does.
+const maxLinks = 40
+
+// openInRoot opens rel inside the directory root (an O_PATH descriptor) the way openat2's
+// RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS would, for kernels without openat2 (gVisor): one
+// component at a time, every symlink read as text and resolved as a path — an absolute one
+// from root, ".." never above root — and never opened itself. So a /proc magic link, whose
+// text is "pipe:[3]" or "host:[4]" rather than a path, resolves to nothing: the files API
+// cannot reach a file through another process's descriptors (the escape suite's attempt).
+func openInRoot(root int, rel string, flags int, mode uint32) (int, error) {
+	dir, err := unix.Dup(root)
+	if err != nil {
+		return -1, err
+	}
+	depth := 0 // directories below root that dir is, for ".."
+	var stack []int
+	closeAll := func() {
+		unix.Close(dir)
+		for _, fd := range stack {
+			unix.Close(fd)
+		}
+	}
+	parts := strings.Split(rel, "/")
+	links := 0
+	for len(parts) > 0 {
+		name := parts[0]
+		parts = parts[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			if depth > 0 {
+				unix.Close(dir)
+				dir, stack = stack[len(stack)-1], stack[:len(stack)-1]
+				depth--
+			}
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if links++; links > maxLinks {
+				closeAll()
+				return -1, unix.ELOOP
+			}
+			target, err := readlinkat(dir, name)
+			if err != nil {
+				closeAll()
+				return -1, err
+			}
+			if strings.HasPrefix(target, "/") {
+				closeAll()
+				if dir, err = unix.Dup(root); err != nil {
+					return -1, err
+				}
+				depth, stack = 0, nil
+			}
+			parts = append(strings.Split(target, "/"), parts...)
+			continue
+		} else if err != nil && !(len(parts) == 0 && errors.Is(err, unix.ENOENT) && flags&unix.O_CREAT != 0) {
+			closeAll()
+			return -1, err
+		}
+		if len(parts) == 0 || allEmpty(parts) {
+			fd, err := unix.Openat(dir, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+			closeAll()
+			return fd, err
+		}
+		next, err := unix.Openat(dir, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeAll()
+			return -1, err
+		}
+		stack = append(stack, dir)
+		dir, depth = next, depth+1
+	}
+	fd, err := unix.Openat(dir, ".", flags|unix.O_CLOEXEC, mode)
+	closeAll()
+	return fd, err
+}
+
+// allEmpty reports whether every element of parts is "" or "." (a trailing "/" or "/.").
+func allEmpty(parts []string) bool {
+	for _, p := range parts {
+		if p != "" && p != "." {
+			return false
+		}
+	}
+	return true
+}
+
+// readlinkat returns the text of symlink name in dir.
+func readlinkat(dir int, name string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(dir, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
 
 // dir opens directory rel inside the file root, creating missing components (0755) one at a
