@@ -29,7 +29,7 @@ func TestISO3_OpenInRootStaysInside(t *testing.T) {
 		"tmp/up":      "../../../../etc", // climbs past the root: clamped at it
 		"tmp/loop":    "loop",
 		"tmp/magic":   "pipe:[3]", // what /proc/<pid>/fd/N reads as
-		"tmp/host":    "/var/lib",  // exists on the host, not in the root
+		"tmp/host":    "/var/lib", // exists on the host, not in the root
 		"tmp/deep/up": "..",
 	} {
 		must(os.Symlink(target, filepath.Join(root, link)))
