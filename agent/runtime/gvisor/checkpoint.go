@@ -23,7 +23,7 @@ const tagFile = "berth-image-tag"
 // is reported ended by the next Measure. Errors: ESandboxNotFound, EConflict (a checkpoint
 // is already under way), or runsc's failure with its log.
 func (r *Runtime) Checkpoint(ctx context.Context, id, dir string) error {
-	sb, err := r.lookup(ctx, id)
+	sb, err := r.sandboxes.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (r *Runtime) Restore(ctx context.Context, s Spec, dir string) error {
 	if err != nil {
 		return err
 	}
-	return r.finish(sb, r.boot(ctx, sb, &dir))
+	return r.sandboxes.Started(sb.id, sb, r.boot(ctx, sb, &dir), func() { r.teardown(sb) })
 }
 
 // waitRestored waits until a restored sandbox's init answers a ping, the sandbox dies, or

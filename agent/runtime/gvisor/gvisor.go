@@ -30,19 +30,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/cgroups"
+	"github.com/berth-dev/berth/agent/runtime/driver"
 	"github.com/berth-dev/berth/agent/runtime/rootfs"
+	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
 // Config configures a Runtime. Zero fields take the defaults documented on them.
@@ -87,13 +87,12 @@ type Runtime struct {
 	cgroup   string // <parent>/<instance>, relative to the cgroup mount
 	memory   cgroups.Mount
 	log      *slog.Logger
-	spawn    chan spawnReq
-	quit     chan struct{}
+	spawner  *driver.Spawner
 	tag      string // what an image depends on besides its files (ImageTag)
 
-	mu        sync.Mutex
-	sandboxes map[string]*sandbox
-	closed    bool
+	sandboxes *driver.Registry[*sandbox]
+	// Ops are the sandbox calls (exec, files, service, dials, ping) over relays (ops.go).
+	sbinit.Ops
 }
 
 // New checks that runsc is installed and starts a sandbox here (a probe that runs this
@@ -132,7 +131,8 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("gvisor: create %s: %w", d, err)
 		}
 	}
-	r := &Runtime{cfg: cfg, dir: dir, runsc: runsc, log: cfg.Logger, sandboxes: map[string]*sandbox{}}
+	r := &Runtime{cfg: cfg, dir: dir, runsc: runsc, log: cfg.Logger, sandboxes: driver.NewRegistry[*sandbox]("gvisor")}
+	r.Ops = sbinit.Ops{Client: r.clientFor}
 	if r.version, err = runscVersion(runsc); err != nil {
 		return nil, err
 	}
@@ -153,8 +153,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.tag = fmt.Sprintf("runsc %s, platform %s, init %s", r.version, r.platform, r.init.sum)
-	r.spawn, r.quit = make(chan spawnReq), make(chan struct{})
-	go spawner(r.spawn, r.quit)
+	r.spawner = driver.NewSpawner()
 	r.cleanLeftovers()
 	if err := r.probe(); err != nil {
 		r.Close()
@@ -258,26 +257,9 @@ func (r *Runtime) cleanLeftovers() {
 // Close stops every sandbox this runtime started and refuses new ones; calling it again is
 // harmless.
 func (r *Runtime) Close() error {
-	r.mu.Lock()
-	first := !r.closed
-	r.closed = true
-	ids := make([]string, 0, len(r.sandboxes))
-	for id := range r.sandboxes {
-		ids = append(ids, id)
+	first, err := r.sandboxes.Close(r.Stop)
+	if first && r.spawner != nil {
+		r.spawner.Close()
 	}
-	r.mu.Unlock()
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			errs[i] = r.Stop(ctx, id)
-		})
-	}
-	wg.Wait()
-	if first && r.quit != nil {
-		close(r.quit)
-	}
-	return errors.Join(errs...)
+	return err
 }

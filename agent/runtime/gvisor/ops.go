@@ -20,23 +20,14 @@ import (
 	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
-// lookup returns the started sandbox id, waiting while it starts. Errors: ESandboxNotFound.
-func (r *Runtime) lookup(ctx context.Context, id string) (*sandbox, error) {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
-		return nil, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
+// clientFor returns the host side of started sandbox id's init, waiting while it starts.
+// Errors: sandbox_not_found.
+func (r *Runtime) clientFor(ctx context.Context, id string) (*sbinit.Client, error) {
+	sb, err := r.sandboxes.Get(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case <-sb.ready:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("gvisor: sandbox %s is starting: %w", id, ctx.Err())
-	}
-	if sb.startErr != nil {
-		return nil, berth.Errorf(berth.ESandboxNotFound, "sandbox %s failed to start", id)
-	}
-	return sb, nil
+	return r.client(sb), nil
 }
 
 // client returns the host side of sb's init: each stream is a relay process that `runsc
@@ -45,15 +36,9 @@ func (r *Runtime) lookup(ctx context.Context, id string) (*sandbox, error) {
 func (r *Runtime) client(sb *sandbox) *sbinit.Client {
 	return &sbinit.Client{
 		Dial:  func(ctx context.Context) (net.Conn, error) { return r.relay(ctx, sb) },
-		Gone:  func() bool { return sb.hasExited() || !r.holds(sb) },
+		Gone:  func() bool { return sb.hasExited() || !r.sandboxes.Holds(sb.id, sb) },
 		Label: "gvisor: sandbox " + sb.id,
 	}
-}
-
-func (r *Runtime) holds(sb *sandbox) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sandboxes[sb.id] == sb
 }
 
 // relay starts one relay into sb and returns our end of it. Closing the connection ends
@@ -139,76 +124,6 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Exec runs req.Cmd inside the sandbox (cwd /tmp) and returns when it exits; see
-// sbinit.Client.Exec for the contract.
-func (r *Runtime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return berth.ExecResult{}, err
-	}
-	return r.client(sb).Exec(ctx, req)
-}
-
-// WriteFile streams content into path as the sandbox sees it (ISO-3); see
-// sbinit.Client.WriteFile.
-func (r *Runtime) WriteFile(ctx context.Context, id, path string, content io.Reader) error {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	return r.client(sb).WriteFile(ctx, path, content)
-}
-
-// ReadFile streams path as the sandbox sees it; see sbinit.Client.ReadFile.
-func (r *Runtime) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return nil, 0, err
-	}
-	return r.client(sb).ReadFile(ctx, path)
-}
-
-// Serve starts the sandbox's one service (APP-1); see sbinit.Client.Serve.
-func (r *Runtime) Serve(ctx context.Context, id string, req berth.ServiceRequest) error {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	return r.client(sb).Serve(ctx, req)
-}
-
-// ServiceStatus reports the sandbox's service; see sbinit.Client.ServiceStatus.
-func (r *Runtime) ServiceStatus(ctx context.Context, id string) (berth.ServiceStatus, error) {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return berth.ServiceStatus{}, err
-	}
-	return r.client(sb).ServiceStatus(ctx)
-}
-
-// Dial connects to 127.0.0.1:port on the sandbox's own loopback through its init (APP-1,
-// WebSocket included: the stream carries any bytes, half-close too); see
-// sbinit.Client.DialPort.
-func (r *Runtime) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
-	if port < 1 || port > 65535 {
-		return nil, berth.Errorf(berth.EInvalidRequest, "port %d is not in 1..65535", port)
-	}
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return r.client(sb).DialPort(ctx, port)
-}
-
-// Ping checks that the sandbox's init answers (PAUSE-2's health check).
-func (r *Runtime) Ping(ctx context.Context, id string) error {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	return r.client(sb).Ping(ctx)
-}
-
 // Measurement is one reading of a sandbox's memory (AGT-3): the working set in MiB of its
 // cgroup, which holds the sentry (and so the guest's memory, its /tmp included) and the
 // gofer; Seen when the cgroup has processes and a usage; Exited once runsc has ended;
@@ -225,19 +140,12 @@ type Measurement struct {
 // and so the whole sandbox, and runsc exits 137), the reading after its exit keeps the last
 // count seen, at least one. Errors: ESandboxNotFound.
 func (r *Runtime) Measure(id string) (Measurement, error) {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
+	sb, ok := r.sandboxes.Peek(id)
+	if !ok {
 		return Measurement{}, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
 	}
-	select {
-	case <-sb.ready:
-	default:
-		return Measurement{}, nil
-	}
-	if sb.startErr != nil {
-		return Measurement{}, berth.Errorf(berth.ESandboxNotFound, "sandbox %s failed to start", id)
+	if !sb.Ready() {
+		return Measurement{}, nil // still starting (a failed start is gone from the registry)
 	}
 	m := Measurement{Exited: sb.hasExited()}
 	dir := filepath.Join(r.memory.Path, r.cgroup, sb.id)
@@ -272,10 +180,8 @@ func (r *Runtime) Measure(id string) (Measurement, error) {
 // sentry, and so the whole sandbox). The guest cannot fake it: nothing it writes is read,
 // and its init, PID 1 of its namespace, cannot be killed from inside.
 func killedByOOM(sb *sandbox) bool {
-	select {
-	case <-sb.stopping:
+	if sb.Stopping() {
 		return false
-	default:
 	}
 	ps := sb.run.ProcessState
 	if ps == nil {

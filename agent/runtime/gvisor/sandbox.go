@@ -9,13 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/driver"
 	"github.com/berth-dev/berth/agent/runtime/rootfs"
 )
 
@@ -30,22 +30,17 @@ type Spec struct {
 	VolumeDir string
 }
 
-// sandbox is the runtime's record of one sandbox. ready is closed once Start (or Restore)
-// finished; if it failed, startErr is set and the record is already gone from the map.
+// sandbox is the runtime's record of one sandbox, in its registry from Start (or Restore)
+// until its Stop is done.
 type sandbox struct {
+	driver.Life
 	id     string
 	bundle string // <Dir>/bundles/<id>
 	spec   Spec
 
-	ready    chan struct{}
-	startErr error
-	run      *exec.Cmd     // the attached `runsc run` (or `runsc restore`)
-	exited   chan struct{} // closed once run has been reaped
-	stderr   tailBuffer    // the end of runsc's (and the container's) stderr
-
-	stopping chan struct{} // closed by the first Stop
-	stopped  chan struct{} // closed when that Stop is done
-	stopErr  error
+	run    *exec.Cmd     // the attached `runsc run` (or `runsc restore`)
+	exited chan struct{} // closed once run has been reaped
+	stderr tailBuffer    // the end of runsc's (and the container's) stderr
 
 	mu       sync.Mutex
 	frozen   bool                   // a checkpoint is under way: no new calls
@@ -62,19 +57,6 @@ func (sb *sandbox) hasExited() bool {
 	}
 }
 
-// validID accepts ids that are safe as a path element, a container id and a cgroup name.
-func validID(id string) error {
-	if id == "" || id == "." || id == ".." || len(id) > 128 {
-		return berth.Errorf(berth.EInvalidRequest, "bad sandbox id %q", id)
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return berth.Errorf(berth.EInvalidRequest, "bad sandbox id %q: only letters, digits, '-', '_' and '.'", id)
-		}
-	}
-	return nil
-}
-
 // Start starts sandbox s and returns once its init serves. Errors: EInvalidRequest for a
 // bad id, size or volume, EConflict when the id is held, EUnavailable after Close; runtime
 // failures are wrapped and quote runsc's log. A failed start leaves nothing behind.
@@ -83,12 +65,12 @@ func (r *Runtime) Start(ctx context.Context, s Spec) error {
 	if err != nil {
 		return err
 	}
-	return r.finish(sb, r.boot(ctx, sb, nil))
+	return r.sandboxes.Started(sb.id, sb, r.boot(ctx, sb, nil), func() { r.teardown(sb) })
 }
 
 // admit validates s and records its sandbox as starting.
 func (r *Runtime) admit(s Spec) (*sandbox, error) {
-	if err := validID(s.ID); err != nil {
+	if err := driver.ValidID(s.ID); err != nil {
 		return nil, err
 	}
 	if s.MemoryMiB <= 0 {
@@ -105,34 +87,13 @@ func (r *Runtime) admit(s Spec) (*sandbox, error) {
 		}
 	}
 	sb := &sandbox{
-		id: s.ID, spec: s, bundle: filepath.Join(r.dir, bundlesDir, s.ID),
-		ready: make(chan struct{}), exited: make(chan struct{}),
-		stopping: make(chan struct{}), stopped: make(chan struct{}),
-		relays: map[*exec.Cmd]struct{}{},
+		Life: driver.NewLife(), id: s.ID, spec: s, bundle: filepath.Join(r.dir, bundlesDir, s.ID),
+		exited: make(chan struct{}), relays: map[*exec.Cmd]struct{}{},
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.closed:
-		return nil, berth.Errorf(berth.EUnavailable, "gvisor runtime is closed")
-	case r.sandboxes[s.ID] != nil:
-		return nil, berth.Errorf(berth.EConflict, "sandbox %s already exists", s.ID)
+	if err := r.sandboxes.Admit(s.ID, sb); err != nil {
+		return nil, err
 	}
-	r.sandboxes[s.ID] = sb
 	return sb, nil
-}
-
-// finish ends a start: on failure the sandbox is torn down and forgotten.
-func (r *Runtime) finish(sb *sandbox, err error) error {
-	if err != nil {
-		r.teardown(sb)
-		r.mu.Lock()
-		delete(r.sandboxes, sb.id)
-		r.mu.Unlock()
-		sb.startErr = err
-	}
-	close(sb.ready)
-	return err
 }
 
 // layout returns the root file system of a template.
@@ -183,13 +144,7 @@ func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
 	cmd := r.runscCmd(context.Background(), args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	done := make(chan error, 1)
-	select {
-	case r.spawn <- spawnReq{cmd: cmd, done: done}:
-		err = <-done
-	case <-r.quit:
-		err = berth.Errorf(berth.EUnavailable, "gvisor runtime is closed")
-	}
+	err = r.spawner.Start(cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -265,49 +220,7 @@ func (t *tailBuffer) String() string {
 // (and with it its cgroup) and removes its bundle. Stop is idempotent: an unknown or already
 // stopped id is not an error. Concurrent Stops of one id all wait for the same teardown.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
-		return nil
-	}
-	select {
-	case <-sb.ready:
-	case <-ctx.Done():
-		return fmt.Errorf("gvisor: stop %s while it starts: %w", id, ctx.Err())
-	}
-	if sb.startErr != nil {
-		return nil // the start cleaned up already
-	}
-	first := false
-	r.mu.Lock()
-	select {
-	case <-sb.stopping:
-	default:
-		close(sb.stopping)
-		first = true
-	}
-	r.mu.Unlock()
-	if first {
-		sb.stopErr = r.teardown(sb)
-		r.forget(sb)
-		close(sb.stopped)
-	}
-	select {
-	case <-sb.stopped:
-		return sb.stopErr
-	case <-ctx.Done():
-		return fmt.Errorf("gvisor: stop %s: %w", id, ctx.Err())
-	}
-}
-
-// forget drops sb from the map if it is still the record of its id.
-func (r *Runtime) forget(sb *sandbox) {
-	r.mu.Lock()
-	if r.sandboxes[sb.id] == sb {
-		delete(r.sandboxes, sb.id)
-	}
-	r.mu.Unlock()
+	return r.sandboxes.Stop(ctx, id, r.teardown)
 }
 
 // teardown kills and removes whatever of sb exists. Its waits are bounded so a stuck runsc
@@ -339,26 +252,4 @@ func (r *Runtime) teardown(sb *sandbox) error {
 		errs = append(errs, fmt.Errorf("gvisor: remove %s: %w", sb.bundle, err))
 	}
 	return errors.Join(errs...)
-}
-
-// spawnReq asks the spawner to start a process.
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-// spawner starts processes from one goroutine locked to its OS thread for the runtime's
-// life. PDEATHSIG fires when the *thread* that forked a child exits; a thread that never
-// exits makes it mean "when the agent dies". The goroutine returns without unlocking, so the
-// thread ends with the runtime, after Close stopped every sandbox.
-func spawner(reqs <-chan spawnReq, quit <-chan struct{}) {
-	runtime.LockOSThread()
-	for {
-		select {
-		case req := <-reqs:
-			req.done <- req.cmd.Start()
-		case <-quit:
-			return
-		}
-	}
 }

@@ -37,7 +37,7 @@ func fakeAgent(mode, dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	sb := r.sandboxes["sb-agent"]
+	sb := held(r, "sb-agent")
 	pids := processTree("/proc", sb.proc.Pid)
 	if sb.cgroup != "" {
 		pids, _ = cgroups.Procs(sb.cgroup)

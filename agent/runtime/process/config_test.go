@@ -142,7 +142,7 @@ func TestCustomRootfs(t *testing.T) {
 func TestUIDLeaseLivesWithTheSandbox(t *testing.T) {
 	r := isolatedRuntime(t)
 	startSandbox(t, r, "sb-uid", 128)
-	sb := r.sandboxes["sb-uid"]
+	sb := held(r, "sb-uid")
 	slot := sb.uid.uid - uidBase
 	sb.uid.file.Close() // the init's inherited copy alone holds the lock now
 	leaseAt := func(slot int) *uidLease {

@@ -80,7 +80,7 @@ func TestEscapeHostFiles(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/root", "/var", "/home", "/run", "/sys", "/work", "/etc/shadow", r.dir,
-		r.sandboxes["sb-files"].sock, uidLockFile} {
+		held(r, "sb-files").sock, uidLockFile} {
 		mustFail(t, r, "sb-files", "seeing "+p, "test -e "+p)
 	}
 	// The init's /proc links name host files (its log is its stdout): the files API refuses
@@ -143,7 +143,7 @@ sys.exit(0 if libc.umount2(b'`+mp+`', 2) == 0 else 1)"`)
 // gains nothing; the init itself too.
 func TestEscapePrivileges(t *testing.T) {
 	r := escapeRuntime(t, Config{}, "sb-priv")
-	sb := r.sandboxes["sb-priv"]
+	sb := held(r, "sb-priv")
 	uid := strconv.Itoa(sb.uid.uid)
 	if res := sh(t, r, "sb-priv", "id -u; id -g; id -G"); res.Stdout != uid+"\n"+uid+"\n"+uid+"\n" {
 		t.Errorf("id = %+v, want uid, gid and groups %s", res, uid)
@@ -240,7 +240,7 @@ print(spawned, sum(p.isdigit() for p in os.listdir("/proc")))`
 	if _, err := fmt.Sscan(res.Stdout, &spawned, &procs); err != nil || res.ExitCode != 0 {
 		t.Fatalf("bomb: %+v", res)
 	}
-	sb := r.sandboxes["sb-pids"]
+	sb := held(r, "sb-pids")
 	current := ""
 	for _, cg := range sb.cgroups {
 		if b, err := os.ReadFile(filepath.Join(cg, "pids.current")); err == nil {

@@ -84,7 +84,7 @@ func TestIsolation(t *testing.T) {
 		{"cwd is /tmp", []string{"pwd"}, func(s string) bool { return s == "/tmp\n" }},
 		{"the runtime's Dir is out of sight", []string{"sh", "-c", "test -e " + r.dir + " || echo absent"},
 			func(s string) bool { return s == "absent\n" }},
-		{"the other sandbox's socket is out of sight", []string{"sh", "-c", "test -e " + r.sandboxes["sb-iso-b"].sock + " || echo absent"},
+		{"the other sandbox's socket is out of sight", []string{"sh", "-c", "test -e " + held(r, "sb-iso-b").sock + " || echo absent"},
 			func(s string) bool { return s == "absent\n" }},
 		{"only the init and the command run", []string{"python3", "-c", "import os; print(sum(p.isdigit() for p in os.listdir('/proc')))"},
 			func(s string) bool { return s == "2\n" }},
@@ -101,7 +101,7 @@ func TestIsolation(t *testing.T) {
 func TestMemoryLimit(t *testing.T) {
 	r := isolatedRuntime(t)
 	startSandbox(t, r, "sb-limit", 128)
-	sb := r.sandboxes["sb-limit"]
+	sb := held(r, "sb-limit")
 	file := "memory.limit_in_bytes"
 	if r.memory.v2 {
 		file = "memory.max"
@@ -136,7 +136,7 @@ func TestCase_C24_WorkingSetExcludesPageCache(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("dd: %+v", res)
 	}
-	sb := r.sandboxes["sb-cache"]
+	sb := held(r, "sb-cache")
 	usage, inactive, err := cgroups.Usage(sb.cgroup, r.memory.v2)
 	if err != nil {
 		t.Fatalf("cgroupUsage: %v", err)
@@ -188,7 +188,7 @@ func TestVolume(t *testing.T) {
 				if err := r.Start(ctx, Spec{ID: id, MemoryMiB: 128, VolumeDir: vol}); err != nil {
 					t.Fatal(err)
 				}
-				uid := r.sandboxes[id].uid.uid
+				uid := held(r, id).uid.uid
 				uids = append(uids, uid)
 				if i == 0 {
 					if err := r.WriteFile(ctx, id, "/tmp/volume/sub/a", strings.NewReader("one\n")); err != nil {

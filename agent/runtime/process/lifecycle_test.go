@@ -29,7 +29,7 @@ func TestStopKillsTree(t *testing.T) {
 			for _, pid := range pids {
 				starts[pid] = startTime(pid)
 			}
-			sb := r.sandboxes["sb-stop"]
+			sb := held(r, "sb-stop")
 			if err := r.Stop(context.Background(), "sb-stop"); err != nil {
 				t.Fatalf("Stop: %v", err)
 			}
@@ -148,7 +148,7 @@ func TestMeasureSeesExit(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			r := newRuntime(t, mode)
 			startSandbox(t, r, "sb-exit", 256)
-			r.sandboxes["sb-exit"].proc.Kill()
+			held(r, "sb-exit").proc.Kill()
 			waitFor(t, "the init to be seen gone", func() bool {
 				m, err := r.Measure("sb-exit")
 				return err == nil && m.Exited && !m.Seen
@@ -177,7 +177,7 @@ func TestNewCleansLeftovers(t *testing.T) {
 			for _, pid := range pids {
 				starts[pid] = startTime(pid)
 			}
-			sb := old.sandboxes["sb-left"]
+			sb := held(old, "sb-left")
 
 			// old "crashed": it never stopped its sandbox. A new runtime takes over the Dir.
 			newRuntimeIn(t, dir, mode)

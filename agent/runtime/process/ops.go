@@ -3,7 +3,6 @@ package process
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 
 	"github.com/berth-dev/berth"
@@ -11,30 +10,14 @@ import (
 	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
-// lookup returns the started sandbox id, waiting while it starts. Errors: ESandboxNotFound.
-func (r *Runtime) lookup(ctx context.Context, id string) (*sandbox, error) {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
-		return nil, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
+// clientFor returns the host side of started sandbox id's init, waiting while it starts.
+// Errors: sandbox_not_found.
+func (r *Runtime) clientFor(ctx context.Context, id string) (*sbinit.Client, error) {
+	sb, err := r.sandboxes.Get(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case <-sb.ready:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("process: sandbox %s is starting: %w", id, ctx.Err())
-	}
-	if sb.startErr != nil {
-		return nil, berth.Errorf(berth.ESandboxNotFound, "sandbox %s failed to start", id)
-	}
-	return sb, nil
-}
-
-// holds reports whether sb is still the runtime's record for its id.
-func (r *Runtime) holds(sb *sandbox) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sandboxes[sb.id] == sb
+	return r.client(sb), nil
 }
 
 // client returns the host side of sb's init, over its unix socket.
@@ -44,50 +27,9 @@ func (r *Runtime) client(sb *sandbox) *sbinit.Client {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sb.sock)
 		},
-		Gone:  func() bool { return sb.hasExited() || !r.holds(sb) },
+		Gone:  func() bool { return sb.hasExited() || !r.sandboxes.Holds(sb.id, sb) },
 		Label: "process: sandbox " + sb.id,
 	}
-}
-
-// Exec runs req.Cmd inside the sandbox — with isolation as its uid, cwd and HOME /tmp; without,
-// in its working directory — with PATH /usr/local/bin:/usr/bin:/bin, then the agent's PATH
-// directories (with isolation, those that exist in its root); see sbinit.Client.Exec for the
-// contract.
-func (r *Runtime) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return berth.ExecResult{}, err
-	}
-	return r.client(sb).Exec(ctx, req)
-}
-
-// WriteFile streams content into path as the sandbox sees it (ISO-3: with isolation resolved
-// in its own root and written as its uid; without, only /tmp paths, in its working
-// directory); see sbinit.Client.WriteFile.
-func (r *Runtime) WriteFile(ctx context.Context, id, path string, content io.Reader) error {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	return r.client(sb).WriteFile(ctx, path, content)
-}
-
-// ReadFile streams the content of path as the sandbox sees it; see sbinit.Client.ReadFile.
-func (r *Runtime) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return nil, 0, err
-	}
-	return r.client(sb).ReadFile(ctx, path)
-}
-
-// Ping checks that the sandbox's init answers.
-func (r *Runtime) Ping(ctx context.Context, id string) error {
-	sb, err := r.lookup(ctx, id)
-	if err != nil {
-		return err
-	}
-	return r.client(sb).Ping(ctx)
 }
 
 // Measurement is one reading of a sandbox's memory (AGT-3). ResidentMiB is the working set in
@@ -107,19 +49,12 @@ type Measurement struct {
 // the sum of the RSS of the init's process tree (shared pages counted once per process). A
 // sandbox still starting reads as not seen. Errors: ESandboxNotFound.
 func (r *Runtime) Measure(id string) (Measurement, error) {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
+	sb, ok := r.sandboxes.Peek(id)
+	if !ok {
 		return Measurement{}, berth.Errorf(berth.ESandboxNotFound, "no sandbox %s on this host", id)
 	}
-	select {
-	case <-sb.ready:
-	default:
-		return Measurement{}, nil
-	}
-	if sb.startErr != nil {
-		return Measurement{}, berth.Errorf(berth.ESandboxNotFound, "sandbox %s failed to start", id)
+	if !sb.Ready() {
+		return Measurement{}, nil // still starting (a failed start is gone from the registry)
 	}
 	m := Measurement{Exited: sb.hasExited()}
 	if sb.cgroup == "" {

@@ -107,7 +107,7 @@ func TestExec(t *testing.T) {
 					if tc.want.Stdout == sandboxPathMark {
 						// Isolated: the standard directories and the agent's that exist in
 						// the sandbox's root; insecure: the standard ones, then the agent's.
-						tc.want.Stdout = r.sandboxes["sb-exec"].path + "\n"
+						tc.want.Stdout = held(r, "sb-exec").path + "\n"
 					}
 					if diff := cmp.Diff(tc.want, got); diff != "" {
 						t.Errorf("Exec(%q) (-want +got):\n%s", tc.req.Cmd, diff)
@@ -226,7 +226,7 @@ func TestFiles(t *testing.T) {
 				t.Errorf("wc inside = %+v", res)
 			}
 			if r.Isolated() {
-				want := strconv.Itoa(r.sandboxes["sb-files"].uid.uid) + "\n"
+				want := strconv.Itoa(held(r, "sb-files").uid.uid) + "\n"
 				if res := run(t, r, "sb-files", berth.ExecRequest{Cmd: []string{"stat", "-c", "%u", path}}); res.Stdout != want {
 					t.Errorf("owner of a file the files API wrote = %+v, want the sandbox's uid %s", res, want)
 				}
@@ -251,9 +251,7 @@ func TestFiles(t *testing.T) {
 // init's tree without.
 func sandboxPids(t *testing.T, r *Runtime, id string) []int {
 	t.Helper()
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
+	sb := held(r, id)
 	if sb == nil {
 		t.Fatalf("no sandbox %s", id)
 	}
@@ -355,4 +353,10 @@ func readAll(rc io.ReadCloser, _ int64, err error) ([]byte, error) {
 	}
 	defer rc.Close()
 	return io.ReadAll(rc)
+}
+
+// held returns the runtime's record of sandbox id, or nil.
+func held(r *Runtime, id string) *sandbox {
+	sb, _ := r.sandboxes.Peek(id)
+	return sb
 }

@@ -46,10 +46,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -57,7 +55,9 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/cgroups"
+	"github.com/berth-dev/berth/agent/runtime/driver"
 	"github.com/berth-dev/berth/agent/runtime/rootfs"
+	"github.com/berth-dev/berth/agent/runtime/sbinit"
 )
 
 // Isolation modes of Config.Isolate.
@@ -120,12 +120,11 @@ type Runtime struct {
 	custom     map[string]rootfs.Layout // Config.Rootfs
 	tmpMiB     int64                    // Config.TmpMiB
 	pidsLimit  int
-	spawn      chan spawnReq
-	quit       chan struct{} // closed by Close: the spawner ends
+	spawner    *driver.Spawner
 
-	mu        sync.Mutex
-	sandboxes map[string]*sandbox
-	closed    bool
+	sandboxes *driver.Registry[*sandbox]
+	// Ops are the sandbox calls (exec, files, service, dials, ping) over the init's socket.
+	sbinit.Ops
 }
 
 // New prepares a runtime: it checks that this binary serves as a sandbox init (MaybeRunInit),
@@ -166,7 +165,8 @@ func New(cfg Config) (*Runtime, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("process: create %s: %w", dir, err)
 	}
-	r := &Runtime{dir: dir, log: cfg.Logger, sandboxes: map[string]*sandbox{}, tmpMiB: cfg.TmpMiB, pidsLimit: cfg.PidsLimit}
+	r := &Runtime{dir: dir, log: cfg.Logger, sandboxes: driver.NewRegistry[*sandbox]("process"), tmpMiB: cfg.TmpMiB, pidsLimit: cfg.PidsLimit}
+	r.Ops = sbinit.Ops{Client: r.clientFor}
 	if err := probeInit(0); err != nil {
 		return nil, fmt.Errorf("process: this binary cannot serve as a sandbox init (is MaybeRunInit the first call in main?): %w", err)
 	}
@@ -192,8 +192,7 @@ func New(cfg Config) (*Runtime, error) {
 			"dir", dir)
 	}
 	r.cleanLeftovers()
-	r.spawn, r.quit = make(chan spawnReq), make(chan struct{})
-	go spawner(r.spawn, r.quit)
+	r.spawner = driver.NewSpawner()
 	return r, nil
 }
 
@@ -348,30 +347,13 @@ func (r *Runtime) Isolated() bool { return r.isolated }
 // Close stops every sandbox this runtime started and refuses new ones. It is used on agent
 // shutdown and in test cleanup; calling it again is harmless.
 func (r *Runtime) Close() error {
-	r.mu.Lock()
-	first := !r.closed
-	r.closed = true
-	ids := make([]string, 0, len(r.sandboxes))
-	for id := range r.sandboxes {
-		ids = append(ids, id)
-	}
-	r.mu.Unlock()
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			errs[i] = r.Stop(ctx, id)
-		})
-	}
-	wg.Wait()
+	first, err := r.sandboxes.Close(r.Stop)
 	if first {
 		_ = os.Remove(shortSockDir(r.dir)) // only if it exists and is empty
-		close(r.quit)
+		r.spawner.Close()
 		r.removeCgroupSets()
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // removeCgroupSets removes the runtime's cgroup base directories, which fails harmlessly
@@ -379,28 +361,5 @@ func (r *Runtime) Close() error {
 func (r *Runtime) removeCgroupSets() {
 	for _, cg := range r.cgroups {
 		syscall.Rmdir(cg.base)
-	}
-}
-
-// spawnReq asks the spawner to start an init.
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-// spawner starts inits from one goroutine locked to its OS thread for the runtime's life. An
-// init asks for SIGKILL on parent death (PR_SET_PDEATHSIG), which Linux sends when the
-// *thread* that forked it exits; a thread that never exits makes it mean "when the agent
-// dies". The goroutine returns without unlocking, so the thread ends with the runtime, after
-// Close stopped every init.
-func spawner(reqs <-chan spawnReq, quit <-chan struct{}) {
-	runtime.LockOSThread()
-	for {
-		select {
-		case req := <-reqs:
-			req.done <- req.cmd.Start()
-		case <-quit:
-			return
-		}
 	}
 }

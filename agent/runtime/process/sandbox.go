@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/driver"
 )
 
 // Files in <Dir>/<id> (with mntDir, mount.go).
@@ -58,9 +59,10 @@ type Spec struct {
 	VolumeDir string
 }
 
-// sandbox is the runtime's record of one sandbox. ready is closed once Start finished; if it
-// failed, startErr is set and the record is already gone from the map.
+// sandbox is the runtime's record of one sandbox, in its registry from Start until its Stop
+// is done.
 type sandbox struct {
+	driver.Life
 	id      string
 	dir     string // <Dir>/<id>
 	sock    string
@@ -69,14 +71,8 @@ type sandbox struct {
 	cgroups []string // all its cgroups (memory, pids)
 	uid     *uidLease
 
-	ready    chan struct{}
-	startErr error
-	proc     *os.Process
-	exited   chan struct{} // closed once the init has been reaped
-
-	stopping chan struct{} // closed by the first Stop
-	stopped  chan struct{} // closed when that Stop is done
-	stopErr  error
+	proc   *os.Process
+	exited chan struct{} // closed once the init has been reaped
 }
 
 func (sb *sandbox) hasExited() bool {
@@ -88,19 +84,6 @@ func (sb *sandbox) hasExited() bool {
 	}
 }
 
-// validID accepts ids that are safe as a path element and a cgroup name.
-func validID(id string) error {
-	if id == "" || id == "." || id == ".." || len(id) > 128 {
-		return berth.Errorf(berth.EInvalidRequest, "bad sandbox id %q", id)
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return berth.Errorf(berth.EInvalidRequest, "bad sandbox id %q: only letters, digits, '-', '_' and '.'", id)
-		}
-	}
-	return nil
-}
-
 // Start starts the sandbox s.ID and returns once its init is ready to serve (AGT-3); with
 // isolation it runs as a uid of its own in a root of its own (see the package comment).
 // Errors: EInvalidRequest for a bad id, size or volume; EConflict when the id is already
@@ -108,7 +91,7 @@ func validID(id string) error {
 // (the init's own error or the end of its log) are wrapped. A failed start leaves nothing
 // behind.
 func (r *Runtime) Start(ctx context.Context, s Spec) error {
-	if err := validID(s.ID); err != nil {
+	if err := driver.ValidID(s.ID); err != nil {
 		return err
 	}
 	if s.MemoryMiB <= 0 {
@@ -119,14 +102,7 @@ func (r *Runtime) Start(ctx context.Context, s Spec) error {
 			return berth.Errorf(berth.EInvalidRequest, "volume %q must be an existing absolute directory", s.VolumeDir)
 		}
 	}
-	sb := &sandbox{
-		id:       s.ID,
-		dir:      filepath.Join(r.dir, s.ID),
-		ready:    make(chan struct{}),
-		exited:   make(chan struct{}),
-		stopping: make(chan struct{}),
-		stopped:  make(chan struct{}),
-	}
+	sb := &sandbox{Life: driver.NewLife(), id: s.ID, dir: filepath.Join(r.dir, s.ID), exited: make(chan struct{})}
 	sb.sock = filepath.Join(sb.dir, sockFile)
 	if len(sb.sock) > maxSockPath {
 		// A deep Dir would push the path past the kernel's limit: keep the socket in a short
@@ -140,28 +116,10 @@ func (r *Runtime) Start(ctx context.Context, s Spec) error {
 			return fmt.Errorf("process: socket dir: %w", err)
 		}
 	}
-	r.mu.Lock()
-	switch {
-	case r.closed:
-		r.mu.Unlock()
-		return berth.Errorf(berth.EUnavailable, "process runtime is closed")
-	case r.sandboxes[s.ID] != nil:
-		r.mu.Unlock()
-		return berth.Errorf(berth.EConflict, "sandbox %s already exists", s.ID)
+	if err := r.sandboxes.Admit(s.ID, sb); err != nil {
+		return err
 	}
-	r.sandboxes[s.ID] = sb
-	r.mu.Unlock()
-
-	err := r.start(ctx, sb, s)
-	if err != nil {
-		r.teardown(sb)
-		r.mu.Lock()
-		delete(r.sandboxes, s.ID)
-		r.mu.Unlock()
-		sb.startErr = err
-	}
-	close(sb.ready)
-	return err
+	return r.sandboxes.Started(s.ID, sb, r.start(ctx, sb, s), func() { r.teardown(sb) })
 }
 
 func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
@@ -219,13 +177,7 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 		// terminal berth runs in (TIOCSTI would type commands into the operator's shell).
 		SysProcAttr: &syscall.SysProcAttr{Cloneflags: r.cloneflags, Setsid: true},
 	}
-	done := make(chan error, 1)
-	select {
-	case r.spawn <- spawnReq{cmd: cmd, done: done}:
-		err = <-done
-	case <-r.quit:
-		err = berth.Errorf(berth.EUnavailable, "process runtime is closed")
-	}
+	err = r.spawner.Start(cmd)
 	goR.Close()
 	readyW.Close()
 	if err != nil {

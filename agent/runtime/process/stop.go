@@ -18,42 +18,7 @@ import (
 // waits for it, removes its cgroups (memory, pids) and directory, and gives up its uid. Stop is idempotent: an unknown or already stopped id is not an
 // error. Concurrent Stops of one id all wait for the same teardown.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
-	r.mu.Lock()
-	sb := r.sandboxes[id]
-	r.mu.Unlock()
-	if sb == nil {
-		return nil
-	}
-	select {
-	case <-sb.ready:
-	case <-ctx.Done():
-		return fmt.Errorf("process: stop %s while it starts: %w", id, ctx.Err())
-	}
-	if sb.startErr != nil {
-		return nil // Start cleaned up already
-	}
-	first := false
-	r.mu.Lock()
-	select {
-	case <-sb.stopping:
-	default:
-		close(sb.stopping)
-		first = true
-	}
-	r.mu.Unlock()
-	if first {
-		sb.stopErr = r.teardown(sb)
-		r.mu.Lock()
-		delete(r.sandboxes, id)
-		r.mu.Unlock()
-		close(sb.stopped)
-	}
-	select {
-	case <-sb.stopped:
-		return sb.stopErr
-	case <-ctx.Done():
-		return fmt.Errorf("process: stop %s: %w", id, ctx.Err())
-	}
+	return r.sandboxes.Stop(ctx, id, r.teardown)
 }
 
 // teardown kills and removes whatever of sb exists. Its waits are bounded on their own so a
