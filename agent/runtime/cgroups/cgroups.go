@@ -71,6 +71,32 @@ func Host(controller string) (Mount, bool) {
 	})
 }
 
+// Mounts lists the mount points of every cgroup hierarchy (v1 and v2) in the text of
+// /proc/self/mountinfo.
+func Mounts(mountinfo string) []string {
+	var out []string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, found := strings.Cut(line, " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if found && len(fields) >= 5 && len(tail) >= 1 && (tail[0] == "cgroup" || tail[0] == "cgroup2") {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// RemoveEmpty removes the directory rel (relative to each hierarchy's mount) in every
+// cgroup hierarchy of this host where it exists and is empty; others are left as they are.
+func RemoveEmpty(rel string) {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, mp := range Mounts(string(mi)) {
+		syscall.Rmdir(filepath.Join(mp, filepath.Clean("/"+rel)))
+	}
+}
+
 func hasWord(s, word, sep string) bool {
 	for _, w := range strings.Split(strings.TrimSpace(s), sep) {
 		if w == word {

@@ -9,7 +9,7 @@ import (
 
 // BenchmarkExec measures one exec through a relay (runsc exec + the relay + the init).
 func BenchmarkExec(b *testing.B) {
-	r := needRuntime(&testing.T{})
+	r := needRuntime(b)
 	ctx := context.Background()
 	if err := r.Start(ctx, Spec{ID: "gv-bench", Template: "shell", MemoryMiB: 256}); err != nil {
 		b.Fatal(err)
@@ -24,7 +24,7 @@ func BenchmarkExec(b *testing.B) {
 
 // BenchmarkStart measures a start and a stop of a shell sandbox.
 func BenchmarkStart(b *testing.B) {
-	r := needRuntime(&testing.T{})
+	r := needRuntime(b)
 	ctx := context.Background()
 	for b.Loop() {
 		if err := r.Start(ctx, Spec{ID: "gv-bench-start", Template: "shell", MemoryMiB: 256}); err != nil {

@@ -260,6 +260,8 @@ func (r *Runtime) Close() error {
 	first, err := r.sandboxes.Close(r.Stop)
 	if first && r.spawner != nil {
 		r.spawner.Close()
+		// runsc removes each sandbox's cgroup but not the runtime's level above them.
+		cgroups.RemoveEmpty(r.cgroup)
 	}
 	return err
 }

@@ -20,11 +20,19 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeRunInit()
-	os.Exit(m.Run())
+	code := m.Run()
+	if shared != nil {
+		shared.Close()
+	}
+	if sharedDir != "" {
+		os.RemoveAll(sharedDir)
+	}
+	os.Exit(code)
 }
 
 var (
 	shared     *Runtime
+	sharedDir  string
 	sharedErr  error
 	sharedOnce sync.Once
 )
@@ -32,7 +40,7 @@ var (
 // needRuntime returns a runtime for tests: one per test binary (its probe and staging cost
 // about a second). Without runsc the test skips locally and fails in CI (CI=true), where
 // .ci/run installs it.
-func needRuntime(t *testing.T) *Runtime {
+func needRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	if _, err := Find(""); err != nil {
 		if os.Getenv("CI") != "" {
@@ -47,12 +55,11 @@ func needRuntime(t *testing.T) *Runtime {
 		t.Skip("gVisor tests need root")
 	}
 	sharedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "berth-gvisor-test-")
-		if err != nil {
-			sharedErr = err
+		sharedDir, sharedErr = os.MkdirTemp("", "berth-gvisor-test-")
+		if sharedErr != nil {
 			return
 		}
-		shared, sharedErr = New(Config{Dir: dir})
+		shared, sharedErr = New(Config{Dir: sharedDir})
 	})
 	if sharedErr != nil {
 		t.Fatalf("New: %v", sharedErr)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent/runtime/cgroups"
 	"github.com/berth-dev/berth/agent/runtime/driver"
 	"github.com/berth-dev/berth/agent/runtime/rootfs"
 )
@@ -248,6 +249,8 @@ func (r *Runtime) teardown(sb *sandbox) error {
 		!strings.Contains(string(out), "does not exist") {
 		errs = append(errs, fmt.Errorf("gvisor: delete %s: %v: %s", sb.id, err, strings.TrimSpace(string(out))))
 	}
+	// runsc leaves the cgroup of a checkpointed or restored container behind (empty).
+	cgroups.RemoveEmpty(filepath.Join(r.cgroup, sb.id))
 	if err := os.RemoveAll(sb.bundle); err != nil {
 		errs = append(errs, fmt.Errorf("gvisor: remove %s: %w", sb.bundle, err))
 	}
