@@ -42,4 +42,8 @@ func (p processRuntime) Dial(ctx context.Context, id string, port int) (net.Conn
 	return p.r.Dial(ctx, id, port)
 }
 
+func (p processRuntime) Info() RuntimeInfo {
+	return RuntimeInfo{Name: "process", Isolated: p.r.Isolated()}
+}
+
 var _ Services = processRuntime{}

@@ -150,7 +150,9 @@ func (s *Server) resume(ctx context.Context, sb berth.Sandbox, from []berth.Sand
 	if err != nil {
 		return placed, err
 	}
-	s.deleteImages(context.WithoutCancel(ctx), sb.ID+"/")
+	// Its images are not needed any more; removing 2,000 chunks takes seconds, which the
+	// caller does not wait for.
+	go s.deleteImages(context.WithoutCancel(ctx), sb.ID+"/")
 	s.log.Info("sandbox resumed", "sandbox", sb.ID, "agent", placed.AgentID, "took_ms", s.cfg.Clock().Sub(start).Milliseconds())
 	return placed, nil
 }

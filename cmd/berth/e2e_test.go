@@ -191,6 +191,13 @@ func TestE2E_README(t *testing.T) {
 	if res.Stdout != "4\n" || res.ExitCode != 0 {
 		t.Fatalf("exec = %+v, want stdout 4", res)
 	}
+	// ISO-4: the agent says which runtime it runs, and that this one cannot checkpoint.
+	if a := agentByID(t, c, sb.AgentID); a.Runtime != "process" || a.Checkpoint {
+		t.Fatalf("agent reports runtime %q, checkpoint %t; want process without checkpoints", a.Runtime, a.Checkpoint)
+	}
+	if _, err := c.PauseSandbox(ctx, sb.ID); berth.ErrorCode(err) != berth.EConflict {
+		t.Fatalf("pause on the process runtime: %v, want conflict", err)
+	}
 	if err := c.WriteFile(ctx, sb.ID, "/tmp/hello.txt", []byte("hello berth")); err != nil {
 		t.Fatalf("write: %v", err)
 	}
