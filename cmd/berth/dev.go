@@ -76,8 +76,8 @@ func newDevCmd() *cobra.Command {
 			if cfg.Data != defaultDevConfig().Data {
 				try += " --key-file " + filepath.Join(cfg.Data, "admin.key")
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Berth dev is up at %s\n  admin key: %s\n  agents: %d × %d MiB (%s admission)\n  try: %s sandbox create python\n",
-				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission, try)
+			fmt.Fprintf(cmd.OutOrStdout(), "Berth dev is up at %s\n  admin key: %s\n  agents: %d × %d MiB (%s admission)\n  sandboxes: %s\n  try: %s sandbox create python\n",
+				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission, st.Runtime, try)
 			<-cmd.Context().Done()
 			cfg.Logger.Info("berth dev stopping: agents stop every sandbox they run")
 			err = st.Close()
@@ -106,6 +106,7 @@ type devStack struct {
 	URL      string
 	AdminKey string
 	dataDir  string // the absolute --data directory
+	Runtime  string // which sandbox runtime the agents run, and why, for a person
 	Store    berth.Store
 	Agents   []*agent.Agent
 
@@ -186,11 +187,12 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
 	for i := 1; i <= cfg.Agents; i++ {
 		id := fmt.Sprintf("dev-agent-%d", i)
-		rt, closeRT, err := cfg.Runtime.open(filepath.Join(data, "agents", id), cfg.Logger.With("agent", id))
+		rt, closeRT, about, err := cfg.Runtime.open(filepath.Join(data, "agents", id), cfg.Logger.With("agent", id))
 		if err != nil {
 			return s, fmt.Errorf("runtime for %s: %w", id, err)
 		}
 		s.runtimes = append(s.runtimes, closeRT)
+		s.Runtime = about
 		acfg := agent.DefaultConfig()
 		acfg.ID = id
 		acfg.Admission = cfg.Admission

@@ -63,17 +63,18 @@ func (r runtimeFlags) pick() (string, string, error) {
 	return "", "", berth.Errorf(berth.EInvalidRequest, "--runtime must be auto, gvisor or process, not %q", r.Runtime)
 }
 
-// open starts one agent's runtime in dir and says which it is; close stops its sandboxes.
-func (r runtimeFlags) open(dir string, log *slog.Logger) (rt agent.Runtime, closeFn func() error, err error) {
+// open starts one agent's runtime in dir; close stops its sandboxes; about says, for a
+// person, which runtime it is and why ("gvisor (runsc is installed; platform ptrace)").
+func (r runtimeFlags) open(dir string, log *slog.Logger) (rt agent.Runtime, closeFn func() error, about string, err error) {
 	choice, why, err := r.pick()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	rootfs := map[string]string{}
 	for _, kv := range r.Rootfs {
 		name, path, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || !filepath.IsAbs(path) {
-			return nil, nil, berth.Errorf(berth.EInvalidRequest, "--template-rootfs wants NAME=/absolute/dir, not %q", kv)
+			return nil, nil, "", berth.Errorf(berth.EInvalidRequest, "--template-rootfs wants NAME=/absolute/dir, not %q", kv)
 		}
 		rootfs[name] = path
 	}
@@ -82,22 +83,24 @@ func (r runtimeFlags) open(dir string, log *slog.Logger) (rt agent.Runtime, clos
 		g, err := gvisor.New(gvisor.Config{Dir: dir, Runsc: r.Runsc, Platform: r.Platform, TmpMiB: r.TmpMiB,
 			PidsLimit: r.PidsLimit, Rootfs: rootfs, Logger: log})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 		log.Info("sandbox runtime: gvisor", "why", why, "platform", g.Platform(), "runsc", g.Version())
-		return agent.GVisorRuntime(g), g.Close, nil
+		return agent.GVisorRuntime(g), g.Close, fmt.Sprintf("gvisor (%s; platform %s; pause and resume available)", why, g.Platform()), nil
 	default:
 		p, err := process.New(process.Config{Dir: dir, Insecure: r.Insecure, TmpMiB: r.TmpMiB,
 			PidsLimit: r.PidsLimit, Rootfs: rootfs, Logger: log})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
+		about := fmt.Sprintf("process (%s; isolated as root, no pause)", why)
 		if p.Isolated() {
 			log.Info("sandbox runtime: process", "why", why, "isolated", true)
 		} else {
-			log.Warn("sandbox runtime: process WITHOUT isolation (--insecure): sandboxes are plain processes that see this host; never run untrusted code", "why", why)
+			about = "process WITHOUT isolation (--insecure): plain processes that see this host; never run untrusted code"
+			log.Warn("sandbox runtime: "+about, "why", why)
 		}
-		return agent.ProcessRuntime(p), p.Close, nil
+		return agent.ProcessRuntime(p), p.Close, about, nil
 	}
 }
 

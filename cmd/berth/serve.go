@@ -138,7 +138,7 @@ func newAgentCmd() *cobra.Command {
 			default:
 				return berth.Errorf(berth.EInvalidRequest, "--notices must be none, auto, gcp, aws or azure")
 			}
-			rt, closeRT, err := rtf.open(dir, cfg.Logger)
+			rt, closeRT, _, err := rtf.open(dir, cfg.Logger)
 			if err != nil {
 				return err
 			}

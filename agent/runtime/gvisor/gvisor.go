@@ -98,8 +98,8 @@ type Runtime struct {
 // New checks that runsc is installed and starts a sandbox here (a probe that runs this
 // binary as a sandbox's init and reads its answer), prepares the built-in root file system
 // and the init binary, and stops what an earlier run with the same Dir left behind. Errors:
-// invalid_request for a bad config; unavailable when runsc is missing or cannot start a
-// sandbox on this host (the message says why).
+// invalid_request for a bad config; unsupported without root; unavailable when runsc is
+// missing or cannot start a sandbox on this host (the message says why).
 func New(cfg Config) (*Runtime, error) {
 	if cfg.Dir == "" {
 		return nil, berth.Errorf(berth.EInvalidRequest, "gvisor runtime needs a Dir")
@@ -121,6 +121,10 @@ func New(cfg Config) (*Runtime, error) {
 	runsc, err := Find(cfg.Runsc)
 	if err != nil {
 		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, berth.Errorf(berth.EUnsupported, "gvisor: the gVisor runtime needs root (runsc makes each sandbox's cgroups and namespaces): "+
+			"run berth as root, or pass --runtime process --insecure for unisolated development sandboxes")
 	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
