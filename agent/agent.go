@@ -174,6 +174,8 @@ type guest struct {
 	// checkpointing is set while a checkpoint runs: the runtime stops the guest at its end,
 	// which is not an exit, and no TTL or eviction may end it meanwhile.
 	checkpointing bool
+	// deleting is set while a delete stops it: likewise not an exit.
+	deleting bool
 }
 
 // Agent is one host agent. Create it with New, then Run it.

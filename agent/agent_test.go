@@ -23,6 +23,9 @@ type fakeRuntime struct {
 	resident map[string]int64
 	seen     bool
 	stopped  []string
+	// stopping, when set, is called inside Stop (unlocked): a slow runtime's stop.
+	stopping func(id string)
+	exited   map[string]bool // guests that read as exited
 }
 
 func (f *fakeRuntime) Start(ctx context.Context, spec Spec) error {
@@ -32,6 +35,9 @@ func (f *fakeRuntime) Start(ctx context.Context, spec Spec) error {
 	return nil
 }
 func (f *fakeRuntime) Stop(ctx context.Context, id string) error {
+	if f.stopping != nil {
+		f.stopping(id)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = append(f.stopped, id)
@@ -49,7 +55,7 @@ func (f *fakeRuntime) ReadFile(ctx context.Context, id, path string) (io.ReadClo
 func (f *fakeRuntime) Measure(id string) (Measurement, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Measurement{ResidentMiB: f.resident[id], Seen: f.seen}, nil
+	return Measurement{ResidentMiB: f.resident[id], Seen: f.seen, Exited: f.exited[id]}, nil
 }
 
 func newTestAgent(t *testing.T, mode string, memMiB int64, rt *fakeRuntime) *Agent {
@@ -408,5 +414,37 @@ func TestSPOT2_NoticeCordonsOnce(t *testing.T) {
 	a.expireSoftCordon(t0.Add(10 * time.Minute))
 	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining {
 		t.Fatalf("a real notice must keep the cordon past the soft expiry: %+v", hb)
+	}
+}
+
+// TestDeleteIsNotACrash: while a delete stops a guest (gVisor's stop takes ~60 ms), the
+// runtime already reads it as exited; the measure loop must not report that exit as a
+// crash (failed), which would beat the server's "stopped" and make a killed sandbox end
+// failed (seen in TestE2E_GVisorREADME under load).
+func TestDeleteIsNotACrash(t *testing.T) {
+	rt := &fakeRuntime{exited: map[string]bool{}}
+	a := newTestAgent(t, berth.AdmissionCommitted, 4096, rt)
+	ctx := context.Background()
+	if err := a.Create(ctx, berth.AgentCreate{ID: "sb-1", MemoryMiB: 256}); err != nil {
+		t.Fatal(err)
+	}
+	inStop, release := make(chan struct{}), make(chan struct{})
+	rt.stopping = func(string) {
+		rt.mu.Lock()
+		rt.exited["sb-1"] = true // the runtime killed it: it reads as exited from here on
+		rt.mu.Unlock()
+		close(inStop)
+		<-release
+	}
+	done := make(chan error)
+	go func() { done <- a.Delete(ctx, "sb-1") }()
+	<-inStop
+	a.measureOnce(ctx, time.Now()) // runs while the delete's stop is under way
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if hb := a.Heartbeat(time.Now()); len(hb.Ended) != 0 || len(hb.Sandboxes) != 0 {
+		t.Fatalf("after a delete the heartbeat reports ended %+v, held %+v; want nothing", hb.Ended, hb.Sandboxes)
 	}
 }

@@ -121,6 +121,13 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 
 // Delete stops a sandbox and forgets it. It is idempotent: an unknown id is not an error.
 func (a *Agent) Delete(ctx context.Context, id string) error {
+	a.mu.Lock()
+	if g, ok := a.guests[id]; ok {
+		// Its exit from here on is this delete's, not a crash: the measure loop must not
+		// report it failed while the runtime stops it (gVisor takes ~60 ms).
+		g.deleting = true
+	}
+	a.mu.Unlock()
 	if err := a.rt.Stop(ctx, id); err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
 		return fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
 	}
@@ -164,7 +171,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	a.mu.Lock()
 	jobs := make([]job, 0, len(a.guests))
 	for id, g := range a.guests {
-		if !g.started || g.checkpointing {
+		if !g.started || g.checkpointing || g.deleting {
 			continue
 		}
 		jobs = append(jobs, job{id, !g.spec.ExpiresAt.IsZero() && !now.Before(g.spec.ExpiresAt)})
@@ -222,12 +229,13 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	a.expireSoftCordon(now)
 }
 
-// checkpointing reports whether a checkpoint of guest id is under way.
+// checkpointing reports whether a checkpoint or a delete of guest id is under way: its
+// runtime is stopping it on purpose, so its exit is not a crash and its TTL waits.
 func (a *Agent) checkpointing(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	g, ok := a.guests[id]
-	return ok && g.checkpointing
+	return ok && (g.checkpointing || g.deleting)
 }
 
 // evictIfCritical is ADM-9: when the host's available memory (total − Σ resident) has been
@@ -256,7 +264,7 @@ func (a *Agent) evictIfCritical(ctx context.Context, now time.Time) {
 	}
 	var victim *guest
 	for _, g := range a.guests {
-		if !g.started || g.spec.Stateful || g.checkpointing {
+		if !g.started || g.spec.Stateful || g.checkpointing || g.deleting {
 			continue
 		}
 		if victim == nil || g.resident > victim.resident ||

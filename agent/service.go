@@ -129,6 +129,10 @@ func (a *Agent) handleApp(w http.ResponseWriter, r *http.Request, id, portText, 
 		httpjson.WriteError(w, "", berth.Errorf(berth.EInvalidRequest, "bad path escape in %q", rest))
 		return
 	}
+	// Full duplex: the request body stays readable while the app's answer is written, or
+	// Go's HTTP/1 server may close it under the transport still reading its end, which cuts
+	// the answer (seen under load with a 1 MiB upload).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p := &httputil.ReverseProxy{
 		Transport: a.appTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -139,6 +139,9 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 		s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 2 * time.Second, Message: "app host address: " + err.Error()})
 		return
 	}
+	// Full duplex: the request body stays readable while the answer is written (see the
+	// agent's proxy, which needs the same).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp := &httputil.ReverseProxy{
 		Transport: s.appTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
