@@ -336,9 +336,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.appTransport.CloseIdleConnections()
 	wg.Wait()
 	a.stopAll(shut)
+	// The last word: the sandboxes it stopped are stopped, not left running in the store
+	// for the next boot to call lost.
+	a.sendHeartbeat(shut)
 	return err
 }
 
+// stopAll stops every guest and reports each as stopped ("agent shut down") on the next
+// heartbeat.
 func (a *Agent) stopAll(ctx context.Context) {
 	a.mu.Lock()
 	ids := make([]string, 0, len(a.guests))
@@ -349,7 +354,12 @@ func (a *Agent) stopAll(ctx context.Context) {
 	for _, id := range ids {
 		if err := a.rt.Stop(ctx, id); err != nil {
 			a.log.Warn("stop on shutdown", "sandbox", id, "err", err)
+			continue
 		}
+		a.mu.Lock()
+		delete(a.guests, id)
+		a.ended = append(a.ended, berth.EndedSandbox{ID: id, State: berth.SandboxStopped, Reason: "agent shut down", At: time.Now().UTC()})
+		a.mu.Unlock()
 	}
 }
 

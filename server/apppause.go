@@ -45,6 +45,13 @@ func (s *Server) pauseApp(ctx context.Context, a berth.App, why string) {
 	}
 	if _, _, err := s.checkpointSandbox(ctx, sb, []berth.SandboxState{berth.SandboxRunning}, berth.SandboxPausing,
 		"app "+a.Name+" hibernates", s.appActor()); err == nil {
+		_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+			if a.PausedSandbox != id || a.State != berth.AppHibernated {
+				return errSuperseded
+			}
+			a.Reason = why + "; its sandbox " + id + " is paused, its memory kept: the next request resumes it"
+			return nil
+		})
 		s.kickApps()
 		return
 	} else {

@@ -252,8 +252,9 @@ func (s *devStack) waitAgents(ctx context.Context, n int) error {
 	}
 }
 
-// StopAgent ends agent i's Run (its heartbeats stop and its sandboxes end), as if the host
-// died. It waits until the agent is gone.
+// StopAgent ends agent i's Run as a shutdown does: its sandboxes stop (reported stopped on
+// its last heartbeat) and its heartbeats end, so the server sees the host go stale. It waits
+// until the agent is gone.
 func (s *devStack) StopAgent(i int) {
 	s.agentStop[i]()
 	<-s.agentDone[i]

@@ -538,3 +538,21 @@ func TestE2E_BadInput(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestE2E_ShutdownRecordsStopped: an agent that shuts down (berth dev's Ctrl-C, SIGTERM to
+// berth agent) stops its sandboxes and says so on a last heartbeat: they end stopped, not
+// left running for the next boot to call lost.
+func TestE2E_ShutdownRecordsStopped(t *testing.T) {
+	st := bootDev(t, nil)
+	ctx := context.Background()
+	c := adminClient(st)
+	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.StopAgent(0)
+	got, err := c.Sandbox(ctx, sb.ID)
+	if err != nil || got.State != berth.SandboxStopped || got.Reason != "agent shut down" {
+		t.Fatalf("after the agent's shutdown: %s (%s), %v; want stopped, agent shut down", got.State, got.Reason, err)
+	}
+}
