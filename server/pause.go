@@ -102,7 +102,8 @@ func (s *Server) checkpointSandbox(ctx context.Context, sb berth.Sandbox, from [
 		s.log.Error("could not record a paused sandbox; the sweeper will", "sandbox", sb.ID, "err", err)
 	}
 	s.sched.noteEnded(sb.AgentID) // its room shows at that host's next heartbeat (API-3)
-	sb.State, sb.AgentID, sb.PausedAt, sb.Image, sb.Reason = berth.SandboxPaused, "", now.UTC(), image, why
+	sb.State, sb.AgentID, sb.Image, sb.Reason = berth.SandboxPaused, "", image, why
+	sb.PausedAt = now.UTC().Truncate(time.Millisecond) // as the store keeps it, so get reads the same
 	return sb, res, nil
 }
 

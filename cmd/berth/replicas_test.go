@@ -467,9 +467,14 @@ func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runti
 func TestAGT6_RestartedAgentReconciles(t *testing.T) {
 	f := newPGFleet(t)
 	url := f.replica(t, nil)
-	dir := t.TempDir()
-	stop := f.startAgentIn(t, "phoenix", url, dir, nil, 4096)
 	ctx := context.Background()
+	// A real `berth agent` process, killed with SIGKILL: the host goes down with its
+	// sandbox, without a last word (a clean shutdown reports its sandboxes stopped instead).
+	rt := []string{"--runtime", "process"}
+	if os.Geteuid() != 0 {
+		rt = append(rt, "--insecure")
+	}
+	first := f.processAgent(t, url, "phoenix", rt...)
 	waitFor(t, 30*time.Second, "phoenix registered", func() (bool, string) {
 		_, err := f.seed.Agent(ctx, "phoenix")
 		return err == nil, fmt.Sprint(err)
@@ -479,8 +484,9 @@ func TestAGT6_RestartedAgentReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop() // the host goes down with its sandbox
-	f.startAgentIn(t, "phoenix", url, dir, nil, 4096)
+	_ = first.Process.Kill() // by the PID this test started
+	_ = first.Wait()
+	f.processAgent(t, url, "phoenix", rt...)
 	waitFor(t, 30*time.Second, "the old sandbox lost after the restart", func() (bool, string) {
 		sb, err := f.seed.Sandbox(ctx, old.ID)
 		return err == nil && sb.State == berth.SandboxLost, fmt.Sprint(sb.State, err)
