@@ -23,13 +23,14 @@ import (
 	"github.com/berth-dev/berth/preempt"
 )
 
-// startCounter starts a counter in sandbox id that writes its value to /tmp/counter ten
-// times a second and keeps it in memory (a shell variable): a restore that did not keep the
-// process's memory would start again from zero.
+// startCounter starts a counter in sandbox id that writes its value to /tmp/counter about
+// ten times a second and keeps it in memory (a shell variable): a restore that did not keep
+// the process's memory would start again from zero.
 func startCounter(t *testing.T, c *client.Client, id string) {
 	t.Helper()
 	res, err := c.Exec(context.Background(), id, berth.ExecRequest{Cmd: []string{"sh", "-c",
-		`nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done' >/dev/null 2>&1 &`}})
+		// Each value is written beside and renamed over: a read never sees a truncated file.
+		`nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.1; done' >/dev/null 2>&1 &`}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("start the counter: %+v, %v", res, err)
 	}

@@ -170,7 +170,7 @@ func TestCheckpointRestore(t *testing.T) {
 	r := needRuntime(t)
 	ctx := context.Background()
 	start(t, r, Spec{ID: "gv-ckpt", Template: "shell", MemoryMiB: 256})
-	run(t, r, "gv-ckpt", "sh", "-c", "echo kept > /tmp/file; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done) >/dev/null 2>&1 &")
+	run(t, r, "gv-ckpt", "sh", "-c", "echo kept > /tmp/file; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.2; done) >/dev/null 2>&1 &")
 	time.Sleep(time.Second)
 	before := strings.TrimSpace(run(t, r, "gv-ckpt", "cat", "/tmp/counter").Stdout)
 	img := t.TempDir()
