@@ -2,7 +2,8 @@
 // hanging GET on instance/preempted, AWS's IMDSv2 spot/instance-action and rebalance
 // recommendation, Azure's Scheduled Events. Each watcher sends Notices on a channel until its
 // context ends; base URLs are configurable so tests serve the documented formats on
-// loopback. The agent reacts (cordon first, SPOT-2) and deduplicates by Notice.ID (C13).
+// loopback. Every metadata call has a deadline, and a watcher keeps polling through any one
+// failure (C28). The agent reacts (cordon first, SPOT-2) and deduplicates by Notice.ID (C13).
 package preempt
 
 import (
@@ -20,7 +21,10 @@ const (
 )
 
 // Notice is one notice from the cloud. ID is stable across repeated polls of the same notice
-// (C13), Deadline is when the host goes (zero when unknown), Soft marks an early warning.
+// (C13): built from the provider's raw text, so a notice whose fields cannot be parsed keeps
+// one ID too (C29). Deadline is when the host goes; a hard notice whose time cannot be read
+// gets the provider's documented minimum window from first sight (C29); it is zero for a soft
+// notice. Soft marks an early warning. Watchers send only notices for this host (C27).
 type Notice struct {
 	Provider string
 	Kind     string
@@ -61,4 +65,6 @@ func send(ctx context.Context, out chan<- Notice, n Notice) bool {
 	}
 }
 
-var defaultClient = &http.Client{}
+// defaultClient reaches metadata servers directly: they answer only on the host's own link,
+// so an HTTP_PROXY from the environment must never carry (or hold up) these calls.
+var defaultClient = &http.Client{Transport: &http.Transport{Proxy: nil}}
