@@ -11,13 +11,15 @@ import (
 // CreateApp records an app (POST /v1/apps, 201, APP-1): its first version's spec and whether
 // it should run now (default), be hibernated until a request comes, or stay stopped. The
 // server starts it in the background; watch App(ctx, name).State or the app's events. A taken
-// name is conflict; a missing template template_not_found. Sent once: a retry after a lost
-// answer would meet its own app as a conflict.
+// name is conflict; a missing template template_not_found. It sends one random
+// Idempotency-Key on every attempt, so a retry after a lost answer gets the first answer
+// instead of meeting its own app as a conflict (API-4, C26).
 func (c *Client) CreateApp(ctx context.Context, req berth.AppRequest) (berth.App, error) {
-	r, err := jsonRequest(http.MethodPost, "/v1/apps", req, false)
+	r, err := jsonRequest(http.MethodPost, "/v1/apps", req, true)
 	if err != nil {
 		return berth.App{}, err
 	}
+	r.idempotencyKey = newIdempotencyKey()
 	var a berth.App
 	return a, c.call(ctx, r, &a)
 }
@@ -39,12 +41,14 @@ func (c *Client) Apps(ctx context.Context) ([]berth.App, error) {
 
 // DeployApp makes spec the app's next version (POST /v1/apps/{name}/deploy, 202): a running
 // app starts it beside the old one and switches once it answers; a deploy that cannot be
-// placed leaves the old version serving (APP-2). Sent once: each call is a new version.
+// placed leaves the old version serving (APP-2). Each call is one new version: its attempts
+// share one Idempotency-Key, so a retry after a lost answer is not a second (API-4, C26).
 func (c *Client) DeployApp(ctx context.Context, name string, spec berth.AppSpec) (berth.App, error) {
-	r, err := jsonRequest(http.MethodPost, appPath(name)+"/deploy", spec, false)
+	r, err := jsonRequest(http.MethodPost, appPath(name)+"/deploy", spec, true)
 	if err != nil {
 		return berth.App{}, err
 	}
+	r.idempotencyKey = newIdempotencyKey()
 	var a berth.App
 	return a, c.call(ctx, r, &a)
 }

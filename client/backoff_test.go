@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,9 +133,14 @@ func TestParseRetryAfter(t *testing.T) {
 		{"zero means at once", "0", 0, true},
 		{"leading zeros", "007", 7 * time.Second, true},
 		{"surrounding space", " 5 ", 5 * time.Second, true},
-		{"a day is the limit", "86400", 24 * time.Hour, true},
-		{"over a day is absurd", "86401", 0, false},
-		{"overflowing digits", "99999999999999999999999999", 0, false},
+		{"a day", "86400", 24 * time.Hour, true},
+		{"C30 over a day is still seconds", "86401", 86401 * time.Second, true},
+		{"C30 a date-like number is seconds", "20251231", 20251231 * time.Second, true},
+		{"the longest Duration in whole seconds", "9223372036", 9223372036 * time.Second, true},
+		{"C30 one more saturates", "9223372037", maxRetryAfter, true},
+		{"C30 twenty nines saturate", "99999999999999999999", maxRetryAfter, true},
+		{"C30 sixty digits saturate", strings.Repeat("9", 60), maxRetryAfter, true},
+		{"leading zeros do not count", strings.Repeat("0", 40) + "91", 91 * time.Second, true},
 		{"C02 negative", "-3", 0, false},
 		{"plus sign", "+5", 0, false},
 		{"fraction", "1.5", 0, false},
@@ -146,7 +152,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"date now", date(0), 0, true},
 		{"RFC 850 date", now.Add(30 * time.Second).Format(time.RFC850), 30 * time.Second, true},
 		{"ANSI C date", now.Add(30 * time.Second).Format(time.ANSIC), 30 * time.Second, true},
-		{"date years ahead is absurd", "Fri, 31 Dec 9999 23:59:59 GMT", 0, false},
+		{"C30 date years ahead", "Fri, 31 Dec 9999 23:59:59 GMT", maxRetryAfter, true},
+		{"unparseable date", "Fri, 32 Dec 2030 23:59:59 GMT", 0, false},
 		{"date long ago", "Mon, 01 Jan 0001 00:00:00 GMT", 0, true},
 	}
 	for _, tt := range tests {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,10 +129,11 @@ func checkSevenSeconds(t *testing.T, sleeps []time.Duration) {
 	}
 }
 
-// C02: a negative, garbage or absurd Retry-After is treated as absent: the wait is the
-// jittered one (exactly half the first window with the fixed source), never years.
+// C02: a negative, garbage or unparseable Retry-After is treated as absent: the wait is the
+// jittered one (exactly half the first window with the fixed source), never years. (A huge
+// but well-formed one is a real hint past the deadline: C30.)
 func TestCase_C02_BadRetryAfterFallsBackToJitter(t *testing.T) {
-	for _, v := range []string{"-3", "soon", "1.5", "99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+	for _, v := range []string{"-3", "soon", "1.5", "+5", "1e9", "Fri, 32 Dec 2030 23:59:59 GMT"} {
 		t.Run(v, func(t *testing.T) {
 			srv, _ := newScripted(t, refusal(v), reply{status: 201, body: sandboxJSON})
 			clk := newFakeClock(time.Now())
@@ -229,5 +231,85 @@ func TestSpreadProblems(t *testing.T) {
 	}
 	if p := spreadProblems(even, window); len(p) != 0 {
 		t.Errorf("an even spread reported as a wave: %v", p)
+	}
+}
+
+// C30: a Retry-After that ends past the caller's deadline ends the call at once with
+// ErrCapacityUnavailable, whatever its size: one attempt, no sleep, no jittered hammering,
+// no overflow (SDK-1, SDK-2). Hints that end within the deadline are still slept out.
+func TestCase_C30_RetryAfterPastTheDeadline(t *testing.T) {
+	ctx := context.Background()
+	const deadline = 90 * time.Second
+	now := time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
+	dated := func(v string) reply { // a refusal whose Date header is the fake clock's now
+		r := refusal(v)
+		r.header["Date"] = now.Format(http.TimeFormat)
+		return r
+	}
+	for _, v := range []string{
+		"86400", "86401", "20251231", "91",
+		"99999999999999999999",           // twenty nines
+		"9223372037",                     // one second more than a time.Duration holds
+		"000000000000000000000000000091", // leading zeros do not make it long
+		"999999999999999999999999999999999999999999999999999999999999",
+		now.Add(91 * time.Second).Format(http.TimeFormat),
+		"Fri, 31 Dec 9999 23:59:59 GMT",
+	} {
+		t.Run("gives up: "+v, func(t *testing.T) {
+			srv, s := newScripted(t, dated(v)) // refuses every attempt the same way
+			clk := newFakeClock(now)
+			c := New(srv.URL, "k", WithClock(clk), WithRand(half), WithDeadline(deadline))
+			_, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "python"})
+			if !errors.Is(err, ErrCapacityUnavailable) {
+				t.Fatalf("err = %v, want ErrCapacityUnavailable", err)
+			}
+			var cu *CapacityUnavailable
+			if !errors.As(err, &cu) {
+				t.Fatalf("errors.As(%v, *CapacityUnavailable) failed", err)
+			}
+			got := struct {
+				Attempts, Requests, Sleeps int
+				Elapsed                    time.Duration
+				LastCode                   string
+				HintPastDeadline           bool
+			}{cu.Attempts, len(s.Seen()), len(clk.Sleeps()), cu.Elapsed, cu.LastCode, cu.RetryAfter > deadline}
+			want := got
+			want.Attempts, want.Requests, want.Sleeps, want.Elapsed, want.LastCode, want.HintPastDeadline = 1, 1, 0, 0, berth.ENoCapacity, true
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if !strings.Contains(err.Error(), "Retry-After") {
+				t.Errorf("message %q does not give the server's Retry-After", err)
+			}
+		})
+	}
+
+	// Hints that end within the deadline are honoured as before: exactly that long, then the
+	// next attempt, which succeeds.
+	for _, tt := range []struct {
+		v    string
+		want []time.Duration
+	}{
+		{"0", []time.Duration{0}},
+		{"7", []time.Duration{7 * time.Second}},
+		{"007", []time.Duration{7 * time.Second}},
+		{"90", []time.Duration{90 * time.Second}}, // ends at the deadline, not past it
+		{now.Add(30 * time.Second).Format(http.TimeFormat), []time.Duration{30 * time.Second}},
+		{"soon", []time.Duration{DefaultBackoffBase / 2}}, // unparseable: jitter (C02)
+	} {
+		t.Run("honoured: "+tt.v, func(t *testing.T) {
+			srv, s := newScripted(t, dated(tt.v), reply{status: 201, body: sandboxJSON})
+			clk := newFakeClock(now)
+			c := New(srv.URL, "k", WithClock(clk), WithRand(half), WithDeadline(deadline))
+			if _, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "python"}); err != nil {
+				t.Fatalf("CreateSandbox: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, clk.Sleeps()); diff != "" {
+				t.Errorf("sleeps (-want +got):\n%s", diff)
+			}
+			if n := len(s.Seen()); n != 2 {
+				t.Errorf("server saw %d requests, want 2", n)
+			}
+		})
 	}
 }

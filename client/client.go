@@ -20,6 +20,11 @@ const (
 	DefaultUserAgent   = "berth-go-client/1"
 )
 
+// DefaultAttemptTimeout bounds one attempt of an ordinary call, from sending the request to
+// the last byte of the answer (C28; WithAttemptTimeout). Calls whose own work is longer get
+// their own bound instead: see "Per-attempt deadline" in the package doc.
+const DefaultAttemptTimeout = 60 * time.Second
+
 // Clock is the client's source of time: Now for the first-attempt stamp and the deadline,
 // Sleep for the waits between attempts. Sleep returns early with a non-nil error (normally
 // ctx.Err()) when ctx is done. Tests inject a fake so nothing really sleeps.
@@ -54,6 +59,7 @@ type Client struct {
 	key       string
 	http      *http.Client
 	deadline  time.Duration
+	attempt   time.Duration // one attempt of an ordinary call (C28); see attemptTimeout
 	base, cap time.Duration
 	clock     Clock
 	rand      func() float64
@@ -62,12 +68,17 @@ type Client struct {
 }
 
 // Retry describes a retry the client is about to wait for: the attempt that was refused
-// (1-based), how long it will wait, and the refusal (or connection failure, as code
-// "unavailable").
+// (1-based), how long it will wait and why that long, and the refusal (or connection
+// failure, as code "unavailable").
 type Retry struct {
 	Attempt int
 	Wait    time.Duration
-	Last    *berth.Error
+	// FromRetryAfter is true when Wait is the server's Retry-After, false when it is full
+	// jitter (SDK-1).
+	FromRetryAfter bool
+	Last           *berth.Error
+	// Err is the *TransportError when the attempt got no answer; nil when the server answered.
+	Err error
 }
 
 // WithRetryNotify calls f before every wait between attempts, so a caller (the CLI, a log)
@@ -88,6 +99,7 @@ func New(baseURL, key string, opts ...Option) *Client {
 		key:       key,
 		http:      http.DefaultClient,
 		deadline:  DefaultDeadline,
+		attempt:   DefaultAttemptTimeout,
 		base:      DefaultBackoffBase,
 		cap:       DefaultBackoffCap,
 		clock:     systemClock{},
@@ -116,6 +128,20 @@ func WithDeadline(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {
 			c.deadline = d
+		}
+	}
+}
+
+// WithAttemptTimeout sets how long one attempt of an ordinary call may take, from sending the
+// request to the last byte of the answer (C28, default 60 s). An attempt that runs out is a
+// transport failure: an idempotent call retries it within the overall deadline (SDK-1), any
+// other returns a *TransportError. Exec, file, pause, resume, create and evacuation calls
+// get their own longer bound when it is longer than d (see the package doc). A non-positive
+// d keeps the default.
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.attempt = d
 		}
 	}
 }
@@ -169,8 +195,8 @@ func decodeError(status int, h http.Header, body []byte, now time.Time) *berth.E
 	var eb berth.ErrorBody
 	if err := json.Unmarshal(body, &eb); err == nil && eb.Error.Code != "" {
 		e := &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message, Hosts: eb.Error.Hosts}
-		if eb.Error.RetryAfterS > 0 && eb.Error.RetryAfterS <= int(maxRetryAfter/time.Second) {
-			e.RetryAfter = time.Duration(eb.Error.RetryAfterS) * time.Second
+		if eb.Error.RetryAfterS > 0 {
+			e.RetryAfter = seconds(int64(eb.Error.RetryAfterS))
 		} else if d, ok := retryAfterHeader(h, now); ok {
 			e.RetryAfter = d
 		}

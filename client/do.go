@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -41,7 +43,7 @@ type response struct {
 func jsonRequest(method, path string, v any, idempotent bool) (request, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return request{}, fmt.Errorf("client: encode %s %s body: %w", method, path, err)
+		return request{}, fmt.Errorf("berth: encode %s %s body: %w", method, path, err)
 	}
 	return request{method: method, path: path, body: b, contentType: "application/json", idempotent: idempotent}, nil
 }
@@ -55,8 +57,10 @@ func newIdempotencyKey() string {
 
 // do sends r, retrying it by the policy of SDK-1 (see the package doc) when r is idempotent.
 // It returns the 2xx answer; a *berth.Error for any other answer it does not retry; a
-// *CapacityUnavailable when the deadline leaves no room for the next wait; the transport
-// error (wrapped) for a failure it does not retry; ctx.Err() (wrapped) when ctx ends.
+// *CapacityUnavailable when the next wait (the server's Retry-After, or jitter) would end
+// past the deadline — at once, without sleeping, when a Retry-After of any size does (C30);
+// a *TransportError for a request that got no answer and is not retried; ctx.Err()
+// (wrapped) when ctx ends.
 func (c *Client) do(ctx context.Context, r request) (response, error) {
 	start := c.clock.Now()
 	deadline := start.Add(c.deadline)
@@ -66,14 +70,18 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, err := c.once(ctx, r, start, attempt+1)
 		hint, hasHint := time.Duration(0), false
+		var noAnswer *TransportError
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return response{}, fmt.Errorf("client: %s %s: %w", r.method, r.path, ctx.Err())
+			return response{}, fmt.Errorf("berth: %s %s: %w", r.method, r.path, ctx.Err())
 		case err != nil:
-			if !r.idempotent || !connectionFailure(err) {
-				return response{}, fmt.Errorf("client: %s %s: %w", r.method, r.path, err)
+			noAnswer = &TransportError{Method: r.method, Path: r.path, Server: c.baseURL, Err: err}
+			var cut *attemptTimeoutError
+			if !r.idempotent || !(connectionFailure(err) || errors.As(err, &cut)) {
+				return response{}, noAnswer
 			}
-			last = &berth.Error{Code: berth.EUnavailable, Message: err.Error()}
+			last = &berth.Error{Code: berth.EUnavailable,
+				Message: fmt.Sprintf("no answer from %s: %s", c.baseURL, noAnswer.Reason())}
 		case resp.status >= 200 && resp.status < 300:
 			return resp, nil
 		default:
@@ -89,7 +97,8 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 		// Honour the server's hint, except a second "at once" in a row (see package doc).
 		var wait time.Duration
 		immediate := hasHint && hint == 0
-		if hasHint && !(immediate && prevImmediate) {
+		fromHint := hasHint && !(immediate && prevImmediate)
+		if fromHint {
 			wait = hint
 		} else {
 			wait = jitter(Backoff(attempt, c.base, c.cap), c.rand())
@@ -99,25 +108,46 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 
 		// Never sleep past the deadline: if the wait would end beyond it, stop now. The
 		// context's deadline is exclusive, since the context is already dead at that instant.
+		// Compared as durations, so a hint of any size (up to maxRetryAfter) cannot overflow.
 		now := c.clock.Now()
-		end := now.Add(wait)
-		if end.After(deadline) || (hasCtxDeadline && !end.Before(ctxDeadline)) {
-			return response{}, &CapacityUnavailable{
-				Elapsed: now.Sub(start), Attempts: attempt + 1, LastCode: last.Code, Last: last,
+		if wait > deadline.Sub(now) || (hasCtxDeadline && wait >= ctxDeadline.Sub(now)) {
+			cu := &CapacityUnavailable{
+				Elapsed: now.Sub(start), Attempts: attempt + 1, LastCode: last.Code, Last: last, RetryAfter: hint,
 			}
+			if noAnswer != nil {
+				cu.Err = noAnswer
+			}
+			return response{}, cu
 		}
 		if c.onRetry != nil {
-			c.onRetry(Retry{Attempt: attempt + 1, Wait: wait, Last: last})
+			rt := Retry{Attempt: attempt + 1, Wait: wait, Last: last, FromRetryAfter: fromHint}
+			if noAnswer != nil {
+				rt.Err = noAnswer
+			}
+			c.onRetry(rt)
 		}
 		if err := c.clock.Sleep(ctx, wait); err != nil {
-			return response{}, fmt.Errorf("client: %s %s: stopped waiting to retry after %s: %w",
+			return response{}, fmt.Errorf("berth: %s %s: stopped waiting to retry after %s: %w",
 				r.method, r.path, last.Code, err)
 		}
 	}
 }
 
-// once sends one attempt of r. first is the time of the call's first attempt.
+// once sends one attempt of r, bounded by attemptTimeout(r) from sending the request to the
+// last byte of the answer, which it reads in full before that bound is released (C28). An
+// attempt cut by the bound fails with an *attemptTimeoutError; one cut by ctx, with ctx's
+// error. first is the time of the call's first attempt.
 func (c *Client) once(ctx context.Context, r request, first time.Time, attempt int) (response, error) {
+	within := c.attemptTimeout(r)
+	actx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	// cut names what ended an attempt that failed: its own bound when ctx is still live.
+	cut := func(err error) error {
+		if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return &attemptTimeoutError{within: within, err: err}
+		}
+		return err
+	}
 	u := c.baseURL + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
@@ -126,7 +156,7 @@ func (c *Client) once(ctx context.Context, r request, first time.Time, attempt i
 	if r.body != nil {
 		body = bytes.NewReader(r.body)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	req, err := http.NewRequestWithContext(actx, r.method, u, body)
 	if err != nil {
 		return response{}, err
 	}
@@ -147,24 +177,107 @@ func (c *Client) once(ctx context.Context, r request, first time.Time, attempt i
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return response{}, err
+		return response{}, cut(err)
 	}
 	defer res.Body.Close()
 	var rd io.Reader = res.Body
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		rd = io.LimitReader(res.Body, maxErrorBody)
 	}
+	// Read the whole body here, while actx lives: cancelling it (the deferred cancel) cuts
+	// whatever of the body is still unread.
 	b, err := io.ReadAll(rd)
 	if err != nil {
-		return response{}, err
+		return response{}, cut(err)
 	}
 	return response{status: res.StatusCode, header: res.Header, body: b}, nil
 }
 
+// Per-attempt bounds of the calls that take longer than an ordinary one (C28). Each is the
+// server's own bound on that work, plus attemptMargin for the server's own steps and the
+// network, so the server answers (or gives up) before the client stops listening.
+const (
+	attemptMargin = 30 * time.Second
+	// defaultExecS is the server's timeout_s for an exec that sends none; maxExecS its largest.
+	defaultExecS, maxExecS = 60, 3600
+	// transferAttempt bounds a file read or write and a pause: the server gives the agent 10
+	// minutes to move a file (up to 64 MiB) or to checkpoint and upload a sandbox
+	// (PauseTimeout's default).
+	transferAttempt = 10*time.Minute + attemptMargin
+	// placementAttempt bounds a create and a resume: the server tries up to 3 hosts
+	// (MaxHostsPerCreate) for 30 s each (AgentTimeout) by default.
+	placementAttempt = 3*30*time.Second + attemptMargin
+	// maxEvacuate is the largest deadline_in_ms the server takes: a day.
+	maxEvacuate = 24 * time.Hour
+)
+
+// attemptTimeout returns how long one attempt of r may take (C28): the client's attempt
+// timeout (WithAttemptTimeout, default 60 s), or the call's own bound when that is longer —
+//   - exec: its timeout_s (60 when absent) + 30 s;
+//   - an agent's evacuation plan: its deadline_in_ms (berth.DefaultEvacuateWindow when
+//     absent) + 30 s;
+//   - file read and write, pause: 10 min + 30 s;
+//   - create and resume: 2 min.
+//
+// A body that does not decode counts as one without the field (the server refuses it anyway).
+func (c *Client) attemptTimeout(r request) time.Duration {
+	var own time.Duration
+	sandboxCall := func(method, verb string) bool {
+		return r.method == method && strings.HasPrefix(r.path, "/v1/sandboxes/") && strings.HasSuffix(r.path, "/"+verb)
+	}
+	switch {
+	case sandboxCall(http.MethodPost, "exec"):
+		var b struct {
+			TimeoutS int `json:"timeout_s"`
+		}
+		_ = json.Unmarshal(r.body, &b)
+		s := b.TimeoutS
+		if s <= 0 {
+			s = defaultExecS
+		}
+		own = time.Duration(min(s, maxExecS))*time.Second + attemptMargin
+	case r.method == http.MethodPost && strings.HasPrefix(r.path, "/v1/agents/") && strings.HasSuffix(r.path, "/evacuate"):
+		var b struct {
+			DeadlineInMS int64 `json:"deadline_in_ms"`
+		}
+		_ = json.Unmarshal(r.body, &b)
+		window := berth.DefaultEvacuateWindow
+		if b.DeadlineInMS > 0 {
+			window = time.Duration(min(b.DeadlineInMS, maxEvacuate.Milliseconds())) * time.Millisecond
+		}
+		own = window + attemptMargin
+	case sandboxCall(http.MethodPut, "files"), sandboxCall(http.MethodGet, "files"), sandboxCall(http.MethodPost, "pause"):
+		own = transferAttempt
+	case r.method == http.MethodPost && r.path == "/v1/sandboxes", sandboxCall(http.MethodPost, "resume"):
+		own = placementAttempt
+	}
+	return max(c.attempt, own)
+}
+
+// attemptTimeoutError is the failure of an attempt its per-attempt bound cut (C28): the
+// server did not answer — status, headers and the whole body — within that time. It is a
+// transport failure: SDK-1 retries it for idempotent calls; others return it inside a
+// *TransportError. It is a timeout (net.Error), so IsUnreachable reports it.
+type attemptTimeoutError struct {
+	within time.Duration
+	err    error // what net/http returned, wrapping context.DeadlineExceeded
+}
+
+func (e *attemptTimeoutError) Error() string {
+	return fmt.Sprintf("timed out after %s", e.within)
+}
+
+func (e *attemptTimeoutError) Unwrap() error { return e.err }
+
+// Timeout and Temporary make it a net.Error that timed out.
+func (e *attemptTimeoutError) Timeout() bool   { return true }
+func (e *attemptTimeoutError) Temporary() bool { return true }
+
 // decodeJSON decodes a 2xx answer's body into v.
 func decodeJSON(r request, resp response, v any) error {
 	if err := json.Unmarshal(resp.body, v); err != nil {
-		return fmt.Errorf("client: decode %s %s answer (HTTP %d): %w", r.method, r.path, resp.status, err)
+		return fmt.Errorf("berth: %s %s: the answer (HTTP %d) is not the JSON Berth sends: %s",
+			r.method, r.path, resp.status, strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
 }

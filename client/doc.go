@@ -12,16 +12,20 @@
 // the first attempt's time in Berth-First-Attempt, SDK-3). Exec, heartbeats, drain/undrain and
 // tenant/key creation are sent exactly once.
 //
-// A retried call retries on 502, 503 and 504 answers and on connection failures (dial errors,
-// connection resets, EOF before a response). Every other non-2xx answer returns at once.
+// A retried call retries on 502, 503 and 504 answers, on connection failures (dial errors,
+// connection resets, EOF before a response) and on attempts cut by their per-attempt
+// deadline (below). Every other non-2xx answer returns at once.
 //
 // Before the next attempt the client sleeps:
-//   - as the answer's Retry-After header says: delta-seconds, or an HTTP-date. The date is read
-//     against the answer's own Date header when present (so a skewed client clock does not
-//     matter) and against the client's clock otherwise. A date in the past means "retry at
-//     once" — but never twice in a row: a second immediate hint in a row falls back to
-//     jitter, so a server whose clock lags cannot drive a hot loop. A negative, malformed or
-//     absurd (over 24 h) value is treated as absent (C02);
+//   - as the answer's Retry-After header says: delta-seconds, or an HTTP-date. Any run of
+//     digits is seconds whatever its size ("86401", "20251231", twenty nines), saturating
+//     instead of overflowing; a hint that ends past the deadline ends the call at once (see
+//     Deadline, C30). The date is read against the answer's own Date header when present (so
+//     a skewed client clock does not matter) and against the client's clock otherwise. A
+//     date in the past means "retry at once" — but never twice in a row: a second immediate
+//     hint in a row falls back to jitter, so a server whose clock lags cannot drive a hot
+//     loop. A negative, signed, fractional or otherwise malformed value, and a date that does
+//     not parse, are treated as absent: full jitter (C02);
 //   - otherwise with full jitter: uniform [0, Backoff(attempt, base, cap)), base 0.25 s and
 //     cap 8 s by default, attempt counting from 0 for the first failure (C04, C05).
 //
@@ -32,14 +36,33 @@
 // it: when the next wait would end past the deadline the client does not sleep at all — it
 // stops at once and returns *CapacityUnavailable rather than sleep up to the deadline and
 // burn one last attempt that the server has already said is too early. The deadline bounds
-// the waiting, not a single request: how long one request may take is up to the context and
-// the http.Client (an exec may legitimately run for minutes).
+// the waiting, not a single request: an attempt started before it runs to its own
+// per-attempt deadline, so a call can end up to one attempt past it.
+//
+// # Per-attempt deadline (C28)
+//
+// Every attempt has a deadline of its own, from sending the request to the last byte of the
+// answer (the body is read in full inside it), so a server that accepts the connection and
+// never answers cannot hold a call forever. An ordinary call gets 60 s
+// (DefaultAttemptTimeout; WithAttemptTimeout). A call whose own work is longer gets its own
+// bound when that is longer: an exec its timeout_s (60 when absent) + 30 s; a file read or
+// write and a pause 10 min + 30 s (the server's bound on moving a file or a checkpoint);
+// a create and a resume 2 min (the server tries up to three hosts for 30 s each); an
+// agent's evacuation plan its deadline_in_ms + 30 s. An attempt that runs out is a transport
+// failure: an idempotent call retries it within the deadline above; any other call returns
+// a *TransportError ("no answer from …: timed out"), which IsUnreachable reports. The
+// context's deadline and an http.Client Timeout (WithHTTPClient) still apply when shorter.
 //
 // # Out of patience (SDK-2)
 //
 // *CapacityUnavailable is transient: callers should park the work as waiting for capacity,
 // not fail it. errors.Is(err, ErrCapacityUnavailable) and IsCapacityUnavailable(err) report
-// it; errors.As also finds the last *berth.Error inside it.
+// it; errors.As also finds the last *berth.Error inside it. It carries the elapsed time, the
+// attempts, the last code and the server's last Retry-After.
+//
+// A request that got no answer at all and is not retried returns a *TransportError;
+// IsUnreachable(err) reports that, or a *CapacityUnavailable whose last attempt got no
+// answer. Every error this package makes starts with "berth: ".
 //
 // Cancelling the context stops any wait at once; the error then wraps ctx.Err().
 package client

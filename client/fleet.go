@@ -125,6 +125,23 @@ func (c *Client) CreateAPIKey(ctx context.Context, tenant, role string) (APIKeyS
 
 func agentPath(id string) string { return "/v1/agents/" + url.PathEscape(id) }
 
+// QuotaUsage is a tenant's quota with what its live sandboxes use now (GET
+// /v1/tenants/{name}/quota).
+type QuotaUsage struct {
+	Quota berth.Quota `json:"quota"`
+	// Sandboxes counts the tenant's live sandboxes; MemoryMiB adds up their configured memory.
+	Sandboxes int   `json:"sandboxes"`
+	MemoryMiB int64 `json:"memory_mb"`
+}
+
+// Quota returns a tenant's quota and usage (GET /v1/tenants/{name}/quota; admin key; ADM-11).
+// Zero limits mean no limit. Retried like every GET.
+func (c *Client) Quota(ctx context.Context, tenant string) (QuotaUsage, error) {
+	var q QuotaUsage
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/tenants/" + url.PathEscape(tenant) + "/quota", idempotent: true}, &q)
+	return q, err
+}
+
 // SetQuota sets a tenant's quota (PUT /v1/tenants/{name}/quota; admin key; ADM-11). Zero
 // limits mean no limit. It is sent once, not retried.
 func (c *Client) SetQuota(ctx context.Context, q berth.Quota) error {

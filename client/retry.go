@@ -1,21 +1,18 @@
 package client
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"net"
+	"math"
 	"net/http"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth"
 )
 
-// maxRetryAfter is the longest Retry-After taken at its word; anything longer is absurd (no
-// estimate of when capacity frees up is good for a day) and is treated as absent (C02).
-const maxRetryAfter = 24 * time.Hour
+// maxRetryAfter is where a Retry-After saturates: the longest time.Duration (about 292
+// years). Any all-digit value converts to at most this, without overflow, and so ends past
+// every deadline a caller can set (C30).
+const maxRetryAfter = time.Duration(math.MaxInt64)
 
 // Backoff returns the full-jitter window min(cap, base·2^attempt) of SDK-1 (berth.Backoff,
 // shared with the server's app reconciler): the caller sleeps uniform [0, window). attempt
@@ -43,43 +40,59 @@ func jitter(window time.Duration, r float64) time.Duration {
 	return d
 }
 
-// ParseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3) against now: delta-seconds (a
-// non-negative integer) or an HTTP-date (any form http.ParseTime accepts). A date at or
-// before now gives 0, true: retry at once (C01). A negative, fractional, malformed or
-// absurd value (over 24 h) gives 0, false: treat as absent (C02).
+// ParseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3) against now (SDK-1):
+//
+//   - delta-seconds, one or more ASCII digits: that many seconds whatever its size. "86401",
+//     "20251231" and twenty nines are long waits, not garbage; a value past what a
+//     time.Duration holds saturates at about 292 years instead of overflowing. The retry
+//     loop gives up at once when the wait ends past its deadline (C30).
+//   - an HTTP-date (any form http.ParseTime accepts): the time until that instant, saturating
+//     the same way. A date at or before now gives 0, true: retry at once (C01) — the loop
+//     never does that twice in a row; the second time it falls back to full jitter.
+//   - anything else — negative, signed, fractional, empty, garbage, or a date that does not
+//     parse — gives 0, false: the hint is treated as absent and the loop uses full jitter (C02).
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
 	if isDigits(v) {
-		// Compare digit counts before converting so a 30-digit value cannot overflow.
-		v = strings.TrimLeft(v, "0")
-		if len(v) > 6 { // > 999,999 s, well over the 24 h bound
-			return 0, false
-		}
-		secs := 0
-		for _, ch := range v {
-			secs = secs*10 + int(ch-'0')
-		}
-		d := time.Duration(secs) * time.Second
-		if d > maxRetryAfter {
-			return 0, false
-		}
-		return d, true
+		return parseSeconds(v), true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	d := t.Sub(now) // saturates rather than overflows for far dates
+	d := t.Sub(now) // saturates at maxRetryAfter rather than overflowing for far dates
 	if d <= 0 {
 		return 0, true
 	}
-	if d > maxRetryAfter {
-		return 0, false
-	}
 	return d, true
+}
+
+// parseSeconds converts a string of ASCII digits to that many seconds, saturating at
+// maxRetryAfter: digits are counted and each step checked before it can overflow.
+func parseSeconds(digits string) time.Duration {
+	const maxSecs = int64(maxRetryAfter / time.Second)
+	var secs int64
+	for _, ch := range digits {
+		secs = secs*10 + int64(ch-'0') // secs ≤ maxSecs (10 digits) here: cannot overflow
+		if secs > maxSecs {
+			return maxRetryAfter
+		}
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// seconds converts a count of whole seconds from a body (retry_after_s) the same way.
+func seconds(n int64) time.Duration {
+	switch {
+	case n <= 0:
+		return 0
+	case n > int64(maxRetryAfter/time.Second):
+		return maxRetryAfter
+	}
+	return time.Duration(n) * time.Second
 }
 
 func isDigits(s string) bool {
@@ -104,70 +117,4 @@ func retryAfterHeader(h http.Header, local time.Time) (time.Duration, bool) {
 		now = d
 	}
 	return ParseRetryAfter(v, now)
-}
-
-// ErrCapacityUnavailable is the sentinel that every *CapacityUnavailable matches with
-// errors.Is (SDK-2).
-var ErrCapacityUnavailable = errors.New("berth: capacity unavailable")
-
-// CapacityUnavailable is returned when a retried call ran out of patience on retryable
-// refusals (503 no_capacity and kin, 502/504, connection failures) (SDK-2). It is transient:
-// park the work as waiting, not failed, and try again later.
-type CapacityUnavailable struct {
-	// Elapsed is the time from the first attempt to giving up.
-	Elapsed time.Duration
-	// Attempts is the number of requests sent.
-	Attempts int
-	// LastCode is the code of the last refusal; "unavailable" when the last failure was a
-	// connection error.
-	LastCode string
-	// Last is the last refusal itself.
-	Last *berth.Error
-}
-
-// Error implements error.
-func (e *CapacityUnavailable) Error() string {
-	last := e.LastCode
-	if e.Last != nil {
-		last = e.Last.Error()
-	}
-	what := "capacity unavailable"
-	if e.LastCode == berth.EUnavailable {
-		// A server that cannot be reached is not a full fleet: say which it was.
-		what = "server unavailable"
-	}
-	return fmt.Sprintf("berth: %s after %d attempts in %s (last: %s)",
-		what, e.Attempts, e.Elapsed.Round(time.Millisecond), last)
-}
-
-// Unwrap returns the last refusal, so errors.As finds the *berth.Error too.
-func (e *CapacityUnavailable) Unwrap() error {
-	if e.Last == nil {
-		return nil
-	}
-	return e.Last
-}
-
-// Is makes errors.Is(err, ErrCapacityUnavailable) true.
-func (e *CapacityUnavailable) Is(target error) bool { return target == ErrCapacityUnavailable }
-
-// IsCapacityUnavailable reports whether err is, or wraps, a *CapacityUnavailable (SDK-2).
-func IsCapacityUnavailable(err error) bool { return errors.Is(err, ErrCapacityUnavailable) }
-
-// connectionFailure reports whether a transport error means the request never got an
-// answer, which SDK-1 retries for idempotent calls: dial errors (refused, unreachable, DNS),
-// resets and aborts, and EOF before a response. Timeouts and TLS errors are not in the list.
-func connectionFailure(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	// net/http reports a server that closed the connection before answering (EOF before a
-	// response) with an unexported error that does not wrap io.EOF.
-	return strings.Contains(err.Error(), "server closed idle connection")
 }

@@ -118,7 +118,7 @@ func TestOutOfPatienceIsCapacityUnavailable(t *testing.T) {
 		t.Fatalf("errors.As(%v) to *CapacityUnavailable failed", err)
 	}
 	last := &berth.Error{Code: berth.ENoCapacity, Message: "no_capacity (test)", RetryAfter: 2 * time.Second}
-	want := &CapacityUnavailable{Elapsed: 10 * time.Second, Attempts: 6, LastCode: berth.ENoCapacity, Last: last}
+	want := &CapacityUnavailable{Elapsed: 10 * time.Second, Attempts: 6, LastCode: berth.ENoCapacity, Last: last, RetryAfter: 2 * time.Second}
 	if diff := cmp.Diff(want, cu); diff != "" {
 		t.Errorf("CapacityUnavailable (-want +got):\n%s", diff)
 	}
@@ -434,5 +434,45 @@ func TestRetryNotifyAndUnavailableMessage(t *testing.T) {
 		if r.Attempt != i+1 || r.Last == nil || r.Last.Code != berth.EUnavailable || r.Wait <= 0 {
 			t.Fatalf("notify %d = %+v", i, r)
 		}
+	}
+}
+
+// App creates and deploys are keyed like sandbox creates (API-4, C26): a refused attempt is
+// retried with the same Idempotency-Key and body, and each call has its own key.
+func TestAppCallsRetryWithOneKey(t *testing.T) {
+	calls := map[string]func(*Client) error{
+		"create": func(c *Client) error {
+			_, err := c.CreateApp(context.Background(), berth.AppRequest{Name: "web"})
+			return err
+		},
+		"deploy": func(c *Client) error {
+			_, err := c.DeployApp(context.Background(), "web", berth.AppSpec{Template: "python"})
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			srv, s := newScripted(t, refusal("1"), reply{status: 201, body: `{"name":"web"}`},
+				reply{status: 201, body: `{"name":"web"}`})
+			c := New(srv.URL, "k", WithClock(newFakeClock(time.Now())))
+			if err := call(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := call(c); err != nil {
+				t.Fatal(err)
+			}
+			seen := s.Seen()
+			if len(seen) != 3 {
+				t.Fatalf("server saw %d requests, want 3 (a refusal, its retry, a second call)", len(seen))
+			}
+			k0, k1, k2 := seen[0].Header.Get(berth.HeaderIdempotencyKey), seen[1].Header.Get(berth.HeaderIdempotencyKey),
+				seen[2].Header.Get(berth.HeaderIdempotencyKey)
+			if k0 == "" || k1 != k0 || seen[1].Body != seen[0].Body {
+				t.Errorf("retry sent key %q and body %s; want the first attempt's %q and %s", k1, seen[1].Body, k0, seen[0].Body)
+			}
+			if k2 == "" || k2 == k0 {
+				t.Errorf("a second call sent key %q; want a new one (first %q)", k2, k0)
+			}
+		})
 	}
 }
