@@ -53,19 +53,30 @@ type EndedSandbox struct {
 	ID     string       `json:"id"`
 	State  SandboxState `json:"state"`
 	Reason string       `json:"reason"`
-	At     time.Time    `json:"at"`
+	// At is the agent's clock when it ended the sandbox, for operators only: the store
+	// records the transition and its event at the server's receive time (C32).
+	At time.Time `json:"at"`
 }
 
 // Heartbeat is what an agent posts every interval (AGT-1). Memory figures are MiB, CPU
 // figures are cores. MemoryMiBAdmittable is the agent's own verdict computed with the one
 // admission formula (ADM-6); the scheduler only subtracts its pending reservations from it.
 type Heartbeat struct {
-	AgentID              string         `json:"agent_id"`
-	Address              string         `json:"address"` // base URL of the agent's internal API
-	Region               string         `json:"region"`
-	Pool                 string         `json:"pool"`
-	Preemptible          bool           `json:"preemptible"`
-	HeartbeatAt          time.Time      `json:"heartbeat_at"`
+	AgentID     string `json:"agent_id"`
+	Address     string `json:"address"` // base URL of the agent's internal API
+	Region      string `json:"region"`
+	Pool        string `json:"pool"`
+	Preemptible bool   `json:"preemptible"`
+	// HeartbeatAt is the agent's wall clock when it built the heartbeat: shown to operators,
+	// never used for a decision (C32: staleness, leases and event times use the server's
+	// receive time, Agent.LastSeen; ordering uses Seq).
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// Seq numbers the heartbeats of one boot (BootID) from 1 up, never repeating: the store
+	// applies a heartbeat's figures only if its Seq is above the last one applied for that
+	// boot, so a slow POST overtaken by a newer heartbeat does not roll them back, whatever
+	// the agent's clock says (C32). 0 (an agent that does not number them) is applied in the
+	// order heartbeats arrive; a negative Seq is refused (invalid_request).
+	Seq                  int64          `json:"seq,omitempty"`
 	Status               AgentStatus    `json:"status"`
 	CPUTotal             float64        `json:"cpu_total"`
 	CPUUsed              float64        `json:"cpu_used"`
@@ -90,6 +101,15 @@ type Heartbeat struct {
 	// resume or a moved guest, and only their guests are snapshot-moved under a notice.
 	Runtime    string `json:"runtime,omitempty"`
 	Checkpoint bool   `json:"checkpoint,omitempty"`
+}
+
+// Overtaken reports whether h is older than the heartbeat a store already applied for its
+// agent, of boot appliedBoot with sequence number appliedSeq (C32): the same boot, and a Seq
+// that is not above the applied one. The order is the agent's sequence number, never its
+// clock. An unnumbered heartbeat (Seq 0) is never overtaken (applied in arrival order), and
+// a new boot starts over.
+func (h Heartbeat) Overtaken(appliedBoot string, appliedSeq int64) bool {
+	return appliedBoot == h.BootID && h.Seq > 0 && h.Seq <= appliedSeq
 }
 
 // Agent is the store's record of an agent: its latest heartbeat, when the server received it,

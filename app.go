@@ -148,10 +148,16 @@ type App struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// AppKeyPrefix starts every Idempotency-Key the app reconciler uses for an app's sandboxes;
+// the API refuses tenant keys with it, so a tenant's create can never claim (or be taken
+// for) an app's start.
+const AppKeyPrefix = "app/"
+
 // IdempotencyKey is the key of the app's next sandbox start (API-4): one per version and
-// incarnation, so a retried or concurrent start finds the first one.
+// incarnation, so a retried or concurrent start finds the first one. It starts with
+// AppKeyPrefix.
 func (a App) IdempotencyKey() string {
-	return fmt.Sprintf("app/%s/v%d/i%d", a.Name, a.Version, a.Incarnation)
+	return fmt.Sprintf("%s%s/v%d/i%d", AppKeyPrefix, a.Name, a.Version, a.Incarnation)
 }
 
 // AppRequest is the body of POST /v1/apps: the name, the first version's spec, the desired

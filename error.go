@@ -9,28 +9,29 @@ import (
 // Error codes are stable strings that clients branch on (SPEC API-2). They never change
 // meaning; new codes may be added.
 const (
-	ENoCapacity          = "no_capacity"           // 503: live hosts exist but none fits (PLC-4), retryable
-	ENoHealthyAgents     = "no_healthy_agents"     // 503: no live candidate at all (PLC-4), retryable, pages a human
-	EHostStartsSaturated = "host_starts_saturated" // 503: the agent's start semaphore is full (ADM-10), retryable
-	ETenantOverQuota     = "tenant_over_quota"     // 403: tenant quota reached (ADM-11), not retryable
-	ETemplateNotFound    = "template_not_found"    // 404
-	ESandboxNotFound     = "sandbox_not_found"     // 404
-	ENotFound            = "not_found"             // 404: any other missing entity (agent, tenant, route)
-	EInvalidRequest      = "invalid_request"       // 400: malformed or out-of-range input
-	EUnauthorized        = "unauthorized"          // 401: missing or wrong key
-	EForbidden           = "forbidden"             // 403: key valid but lacks the role
-	EConflict            = "conflict"              // 409: state does not allow the call
-	ETooLarge            = "request_too_large"     // 413: body over the limit
-	EUnavailable         = "unavailable"           // 503: a dependency (store, agent) failed transiently
-	EInternal            = "internal"              // 500: a bug; never caused by input
-	EServiceRunning      = "service_running"       // 409: the sandbox already runs its service (APP-1)
-	EServiceExited       = "service_exited"        // 502: the sandbox's service has exited (APP-2)
-	EUpstream            = "app_unreachable"       // 502: nothing answers on the app's port inside the sandbox
-	EUnsupported         = "unsupported"           // 501: the agent's runtime cannot do this (noop runtime)
-	EAppNotFound         = "app_not_found"         // 404
-	EAppStopped          = "app_stopped"           // 409: the app is stopped by its owner; requests do not wake it
-	EAppError            = "app_error"             // 502: the app is in error (a fault a retry cannot fix)
-	EWakeTimeout         = "app_wake_timeout"      // 503: the app did not come up within the wake timeout, retryable
+	ENoCapacity          = "no_capacity"              // 503: live hosts exist but none fits (PLC-4), retryable
+	ENoHealthyAgents     = "no_healthy_agents"        // 503: no live candidate at all (PLC-4), retryable, pages a human
+	EHostStartsSaturated = "host_starts_saturated"    // 503: the agent's start semaphore is full (ADM-10), retryable
+	ETenantOverQuota     = "tenant_over_quota"        // 403: tenant quota reached (ADM-11), not retryable
+	ETemplateNotFound    = "template_not_found"       // 404
+	ESandboxNotFound     = "sandbox_not_found"        // 404
+	ENotFound            = "not_found"                // 404: any other missing entity (agent, tenant, route)
+	EInvalidRequest      = "invalid_request"          // 400: malformed or out-of-range input
+	EUnauthorized        = "unauthorized"             // 401: missing or wrong key
+	EForbidden           = "forbidden"                // 403: key valid but lacks the role
+	EConflict            = "conflict"                 // 409: state does not allow the call
+	ETooLarge            = "request_too_large"        // 413: body over the limit
+	EUnavailable         = "unavailable"              // 503: a dependency (store, agent) failed transiently
+	EInternal            = "internal"                 // 500: a bug; never caused by input
+	EServiceRunning      = "service_running"          // 409: the sandbox already runs its service (APP-1)
+	EServiceExited       = "service_exited"           // 502: the sandbox's service has exited (APP-2)
+	EUpstream            = "app_unreachable"          // 502: nothing answers on the app's port inside the sandbox
+	EUnsupported         = "unsupported"              // 501: the agent's runtime cannot do this (noop runtime)
+	EAppNotFound         = "app_not_found"            // 404
+	EAppStopped          = "app_stopped"              // 409: the app is stopped by its owner; requests do not wake it
+	EAppError            = "app_error"                // 502: the app is in error (a fault a retry cannot fix)
+	EWakeTimeout         = "app_wake_timeout"         // 503: the app did not come up within the wake timeout, retryable
+	EIdempotencyMismatch = "idempotency_key_mismatch" // 422: the Idempotency-Key was first used with another request (API-4, C26)
 )
 
 // Error is the one error type of Berth (STYLE habit 4). The HTTP layer maps Code to a status

@@ -48,6 +48,14 @@ func (s SandboxState) Terminal() bool {
 	return false
 }
 
+// FreesIdempotencyKey reports whether the move from s to to ends a create that never ran —
+// failed from pending or starting — which frees the create's Idempotency-Key so a retry with
+// it can create anew (API-4). A sandbox that ran and then failed keeps its key: a replay
+// answers it, as the first create was answered (C26).
+func (s SandboxState) FreesIdempotencyKey(to SandboxState) bool {
+	return to == SandboxFailed && (s == SandboxPending || s == SandboxStarting)
+}
+
 // Valid reports whether s is one of the known states.
 func (s SandboxState) Valid() bool {
 	switch s {
@@ -86,6 +94,9 @@ type Sandbox struct {
 	Image string `json:"-"`
 	// IdempotencyKey is the create's Idempotency-Key (API-4); never serialised.
 	IdempotencyKey string `json:"-"`
+	// RequestHash is RequestHash of the create that holds IdempotencyKey, so a retry with
+	// the same key and a different request is told so (C26); never serialised.
+	RequestHash string `json:"-"`
 }
 
 // Template is a named sandbox image with a baked memory size in MiB and vCPU count.
@@ -132,11 +143,21 @@ type EvacuateStep struct {
 }
 
 // EvacuateRequest is the body of POST /v1/agents/{id}/evacuate (node token): the plan the
-// agent's triage made, to carry out before Deadline.
+// agent's triage made, to carry out within DeadlineInMS milliseconds of its arrival (0..1 day;
+// the agent measures it on its own monotonic clock when it sends the plan, and the server
+// counts it from when it receives it). Deadline is the same instant on the agent's wall clock,
+// for logs only: no server decision depends on the agent's clock (C32). A plan without
+// DeadlineInMS gets DefaultEvacuateWindow.
 type EvacuateRequest struct {
-	Deadline time.Time      `json:"deadline"`
-	Steps    []EvacuateStep `json:"steps"`
+	Deadline     time.Time      `json:"deadline"`
+	DeadlineInMS int64          `json:"deadline_in_ms,omitempty"`
+	Steps        []EvacuateStep `json:"steps"`
 }
+
+// DefaultEvacuateWindow is the time the server gives an evacuation plan that carries no
+// relative deadline (an agent that sends only its wall-clock Deadline): the window the agent
+// itself assumes for a notice without a deadline, and GCP's and Azure's preemption windows.
+const DefaultEvacuateWindow = 30 * time.Second
 
 // EvacuateOutcome is what became of one sandbox: its final state and, when reconstructed,
 // its replacement.

@@ -78,7 +78,8 @@ type SandboxStore interface {
 	// TransitionSandbox moves sandbox id to state to with an event, only if its current state
 	// is one of from (any non-terminal state when from is empty). It reports whether the
 	// transition happened. Entering a terminal state also releases the sandbox's reservations
-	// and, for failed, frees its Idempotency-Key so a retry can create anew.
+	// and, for a create that failed before it ran (SandboxState.FreesIdempotencyKey), frees
+	// its Idempotency-Key so a retry can create anew.
 	TransitionSandbox(ctx context.Context, id string, from []SandboxState, to SandboxState, reason, actor string, now time.Time) (bool, error)
 	// MoveSandbox is a transition that also rewrites where the sandbox lives (PAUSE-1,
 	// SPOT-3): if sandbox id's state is one of from (any non-terminal state when from is
@@ -118,6 +119,12 @@ type Ledger interface {
 	Reserve(ctx context.Context, r Reservation, now time.Time) (bool, error)
 	// Release deletes reservation id; it is idempotent and reports whether a row went.
 	Release(ctx context.Context, id string) (bool, error)
+	// Renew keeps reservation id alive while its create is in flight (LED-2, C31): it moves
+	// the expiry to expiresAt, only if the reservation is still held and unexpired at now,
+	// and never earlier than it was. It writes no event. It reports whether the reservation
+	// is still held; false means it went (released, netted, swept) or had expired, and must
+	// not be counted on (its room may already be someone else's).
+	Renew(ctx context.Context, id string, expiresAt, now time.Time) (bool, error)
 	// Pending returns Σ MiB of unexpired reservations per agent.
 	Pending(ctx context.Context, now time.Time) (map[string]int64, error)
 	// Reservations lists every reservation, expired or not.
@@ -161,6 +168,7 @@ type Store interface {
 	EventStore
 	TenantStore
 	AppStore
+	IdempotencyStore
 	// Ping checks the store is reachable (for /readyz).
 	Ping(ctx context.Context) error
 	Close() error

@@ -44,6 +44,12 @@ type AgentCreate struct {
 	VCPUs     int       `json:"vcpus"`
 	Stateful  bool      `json:"stateful"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// TTLMS is the sandbox's TTL left, in milliseconds, when the server sent the create (0:
+	// none sent; the agent then goes by ExpiresAt). The agent counts it from the create's
+	// arrival on its own monotonic clock, so its TTL stop (AGT-7) does not depend on how far
+	// its wall clock is from the server's (C32); ExpiresAt is the same instant on the
+	// server's clock. Negative is refused (invalid_request).
+	TTLMS int64 `json:"ttl_ms,omitempty"`
 	// Volume is "<tenant>/<name>" of the volume the sandbox mounts, if any (POOL-2).
 	Volume string `json:"volume,omitempty"`
 	// RestoreImage, when set, names a checkpoint image in the snapshot store: the agent

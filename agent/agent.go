@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,7 +95,9 @@ type Config struct {
 	Preemptible bool
 	// Admission is the memory-admission mode (ADM-1): committed, working-set or none.
 	Admission string
-	// MemoryMiB is the memory budget in MiB; 0 means the host's MemTotal.
+	// MemoryMiB is the memory budget in MiB; 0 means the host's MemTotal. HeadroomMiB is
+	// kept back from it; New refuses (invalid_request) a headroom that is negative or not
+	// below the budget, which would leave nothing to admit.
 	MemoryMiB   int64
 	HeadroomMiB int64
 	// HeartbeatInterval is the heartbeat period (AGT-1, default 10 s).
@@ -138,7 +141,12 @@ type Config struct {
 	SnapshotStore *blob.Bucket
 	SnapshotDir   string
 	// Listen is the internal API address (default 127.0.0.1:0).
-	Listen  string
+	Listen string
+	// Advertise is the address the servers dial for the internal API, HOST:PORT or HOST
+	// (then the port Listen got); "" means the listener's own address, which only a server
+	// on this host can reach when Listen is a loopback or wildcard address.
+	Advertise string
+
 	Version string
 	Logger  *slog.Logger
 }
@@ -167,6 +175,7 @@ func DefaultConfig() Config {
 type guest struct {
 	spec       berth.AgentCreate
 	admittedAt time.Time
+	expires    time.Time // its TTL end on this agent's clock (ttlEnd); zero for none
 	started    bool
 	resident   int64
 	measured   bool // a measurement saw it, or its reserve expired (ADM-5)
@@ -201,7 +210,7 @@ type Agent struct {
 	cpuUsed                   float64
 	lastCPUBusy, lastCPUTotal uint64
 	kick                      chan struct{} // asks the heartbeat loop to send now
-	lastHeartbeatAt           time.Time     // orders this boot's heartbeats (never repeats)
+	heartbeatSeq              int64         // the Seq of this boot's latest heartbeat (C32)
 
 	ln   net.Listener
 	addr string
@@ -215,7 +224,8 @@ type Agent struct {
 }
 
 // New validates cfg, opens the internal API listener and returns an agent ready to Run.
-// Errors: an invalid mode or pool, or a listener that cannot be opened.
+// Errors: an invalid mode or pool, a headroom not below the memory budget (invalid_request,
+// naming both in MiB), or a listener that cannot be opened.
 func New(cfg Config, rt Runtime) (*Agent, error) {
 	if !admission.ValidMode(cfg.Admission) {
 		return nil, fmt.Errorf("agent: invalid admission mode %q", cfg.Admission)
@@ -255,6 +265,11 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	if cfg.MemoryMiB <= 0 {
 		cfg.MemoryMiB = hostMemoryMiB()
 	}
+	if cfg.HeadroomMiB < 0 || cfg.HeadroomMiB >= cfg.MemoryMiB {
+		// Admittable would be 0 for ever (ADM-6): an agent that can never admit is a mistake.
+		return nil, berth.Errorf(berth.EInvalidRequest, "agent: headroom %d MiB leaves nothing of the memory budget of %d MiB to admit "+
+			"(want 0 <= headroom < budget: lower --headroom-mb or raise the budget)", cfg.HeadroomMiB, cfg.MemoryMiB)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -277,7 +292,7 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		kick:   make(chan struct{}, 1),
 		gate:   cfg.Pressure,
 		ln:     ln,
-		addr:   "http://" + ln.Addr().String(),
+		addr:   "http://" + advertised(cfg.Advertise, ln.Addr()),
 	}
 	a.appTransport = a.newAppTransport()
 	if c, ok := rt.(Checkpointer); ok && cfg.SnapshotStore != nil {
@@ -386,6 +401,19 @@ func (a *Agent) admittableLocked() int64 {
 		})
 	}
 	return admission.Admittable(h)
+}
+
+// advertised is the HOST:PORT the servers dial: adv, with the listener's port when adv names
+// no port, or the listener's address when adv is "".
+func advertised(adv string, ln net.Addr) string {
+	if adv == "" {
+		return ln.String()
+	}
+	if _, _, err := net.SplitHostPort(adv); err == nil {
+		return adv
+	}
+	_, port, _ := net.SplitHostPort(ln.String())
+	return net.JoinHostPort(strings.Trim(adv, "[]"), port)
 }
 
 func randomID() string {

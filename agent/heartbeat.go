@@ -14,12 +14,9 @@ import (
 func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// HeartbeatAt orders this boot's heartbeats for the store (a slow POST must not roll
-	// newer figures back), so it never repeats or goes back, whatever the wall clock does.
-	if !now.After(a.lastHeartbeatAt) {
-		now = a.lastHeartbeatAt.Add(time.Millisecond)
-	}
-	a.lastHeartbeatAt = now
+	// Seq orders this boot's heartbeats for the store (a slow POST must not roll newer
+	// figures back); HeartbeatAt is the wall clock as it is, for operators only (C32).
+	a.heartbeatSeq++
 	hb := berth.Heartbeat{
 		AgentID:             a.cfg.ID,
 		Address:             a.addr,
@@ -27,6 +24,7 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		Pool:                a.cfg.Pool,
 		Preemptible:         a.cfg.Preemptible,
 		HeartbeatAt:         now.UTC(),
+		Seq:                 a.heartbeatSeq,
 		Status:              berth.AgentActive,
 		CPUTotal:            cpuTotal(),
 		CPUUsed:             a.cpuUsed,

@@ -23,6 +23,9 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	if c.ID == "" || c.MemoryMiB <= 0 {
 		return berth.Errorf(berth.EInvalidRequest, "id and a positive memory_mb are required")
 	}
+	if c.TTLMS < 0 {
+		return berth.Errorf(berth.EInvalidRequest, "ttl_ms must not be negative")
+	}
 	a.mu.Lock()
 	_, held := a.guests[c.ID]
 	a.mu.Unlock()
@@ -62,7 +65,8 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		return &berth.Error{Code: berth.ENoCapacity,
 			Message: fmt.Sprintf("agent %s: admittable %d MiB < charge %d MiB", a.cfg.ID, adm, charge)}
 	}
-	g := &guest{spec: c, admittedAt: time.Now()}
+	admitted := time.Now()
+	g := &guest{spec: c, admittedAt: admitted, expires: ttlEnd(c, admitted)}
 	a.guests[c.ID] = g
 	a.mu.Unlock()
 
@@ -119,6 +123,21 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	return nil
 }
 
+// ttlEnd is when a guest admitted at admitted reaches its TTL on this agent's clock (AGT-7):
+// TTLMS after its arrival, measured on the monotonic clock, so an agent whose wall clock is
+// a day ahead of the server's (or behind, or jumping) stops it after its TTL all the same
+// (C32). A create without TTLMS goes by ExpiresAt (the server's clock read on this one's);
+// zero for none.
+func ttlEnd(c berth.AgentCreate, admitted time.Time) time.Time {
+	if c.TTLMS > 0 {
+		return admitted.Add(time.Duration(min(c.TTLMS, maxTTLMS)) * time.Millisecond)
+	}
+	return c.ExpiresAt
+}
+
+// maxTTLMS caps TTLMS so the duration cannot overflow: ten years, in milliseconds.
+const maxTTLMS = int64(10 * 365 * 24 * time.Hour / time.Millisecond)
+
 // Delete stops a sandbox and forgets it. It is idempotent: an unknown id is not an error.
 func (a *Agent) Delete(ctx context.Context, id string) error {
 	a.mu.Lock()
@@ -174,7 +193,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 		if !g.started || g.checkpointing || g.deleting {
 			continue
 		}
-		jobs = append(jobs, job{id, !g.spec.ExpiresAt.IsZero() && !now.Before(g.spec.ExpiresAt)})
+		jobs = append(jobs, job{id, !g.expires.IsZero() && !now.Before(g.expires)})
 	}
 	a.mu.Unlock()
 
@@ -429,7 +448,8 @@ func (a *Agent) evacuate(n preempt.Notice, now time.Time) {
 	a.mu.Unlock()
 	plan := evacuate.Triage(evacuate.Input{Guests: guests, Now: now, NoticeEnd: end, Margin: margin,
 		LinkMiBps: a.cfg.LinkMiBps, Preemptible: a.cfg.Preemptible, SnapshotStateless: a.ckpt != nil})
-	req := berth.EvacuateRequest{Deadline: plan.HardDeadline}
+	// C32: the server counts the time left from the plan's arrival, on its own clock.
+	req := berth.EvacuateRequest{Deadline: plan.HardDeadline, DeadlineInMS: max(time.Until(plan.HardDeadline).Milliseconds(), 1)}
 	for _, st := range plan.Steps {
 		req.Steps = append(req.Steps, berth.EvacuateStep{SandboxID: st.GuestID, Action: string(st.Action), Reason: st.Reason})
 	}

@@ -69,7 +69,7 @@ func (w *cgroupWatch) finish() (map[string]int64, []string) {
 // touches twice the sandbox's memory_mb in 16 MiB bytearrays. The allocation must not
 // succeed (MemoryError, or the process or sandbox is killed). On the host, the sandbox's
 // memory cgroup is sampled throughout: its limit must stay memory_mb, its usage never above
-// it; and berth dev must survive.
+// it (but for the page or so the kernel force-charges while it kills); and berth dev must survive.
 func memoryLimit(t *testing.T, d *dev) {
 	const mem = 256
 	c := d.Tenant[0]
@@ -152,9 +152,15 @@ except MemoryError:
 	if len(changed) > 0 {
 		escaped(t, d, "the sandbox's host memory limit changed while it ran", changed[0])
 	}
+	// The kernel itself lets a cgroup's usage pass its limit by a few pages while it kills
+	// the task that hit it (mm/memcontrol.c: a charge for a task with a fatal signal pending,
+	// or one that may not fail, is forced "temporarily"); a clean-clone CI run saw one page
+	// (268439552 for a 268435456 limit). That is the kernel's own bound, not an escape;
+	// holding more than forcedChargeSlack past the limit is.
+	const forcedChargeSlack = 1 << 20
 	for _, f := range usageFiles {
-		if peak[f] > mem<<20 {
-			escaped(t, d, "the sandbox's host memory cgroup held more than its limit", fmt.Sprintf("%s peaked at %d MiB > %d MiB", f, peak[f]>>20, mem))
+		if peak[f] > mem<<20+forcedChargeSlack {
+			escaped(t, d, "the sandbox's host memory cgroup held more than its limit", fmt.Sprintf("%s peaked at %d bytes > %d (limit %d MiB + %d bytes the kernel may force-charge)", f, peak[f], mem<<20+forcedChargeSlack, mem, forcedChargeSlack))
 		}
 	}
 	if err := d.alive(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,8 +26,16 @@ type agentCaller struct {
 	timeout time.Duration // creates, deletes, drains and file calls
 }
 
+// agentDialTimeout bounds connecting to an agent (C28): a host that does not accept within it
+// is unreachable, whatever the call's own deadline.
+const agentDialTimeout = 10 * time.Second
+
 func newAgentCaller(token string, timeout time.Duration) *agentCaller {
-	return &agentCaller{http: &http.Client{}, token: token, timeout: timeout}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // agents are reached directly, never through a proxy from the environment
+	t.DialContext = (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = agentDialTimeout
+	return &agentCaller{http: &http.Client{Transport: t}, token: token, timeout: timeout}
 }
 
 func (c *agentCaller) bounded(ctx context.Context) (context.Context, context.CancelFunc) {

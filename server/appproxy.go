@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -79,7 +80,9 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 			return
 		case a.SandboxID != "":
 			// Also while a new version deploys, waits for capacity or failed: the old serves.
-			s.touchApp(r.Context(), name, a)
+			// The app is active until the answer (a stream, an upgraded connection) ends.
+			done := s.appRequestOpen(r.Context(), name, a)
+			defer done()
 			s.proxyApp(w, r, a, path)
 			return
 		case a.State == berth.AppError:
@@ -106,7 +109,7 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 				fail(&berth.Error{Code: berth.EUnavailable, Message: "wake app: " + err.Error(), RetryAfter: time.Second})
 				return
 			}
-			s.touchApp(r.Context(), name, a)
+			s.touchApp(r.Context(), name, a.IdleSeconds)
 			s.kickApps()
 		}
 		if time.Now().After(deadline) {
@@ -169,28 +172,143 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 	rp.ServeHTTP(w, r)
 }
 
-// touchApp notes a request for idle hibernation: here at once, in the store at most every
-// quarter of the app's idle time (at least 1 s apart), so other replicas see it too.
-func (s *Server) touchApp(ctx context.Context, name string, a berth.App) {
+// appActivity is one app's requests and upgraded connections open on this replica (C25).
+type appActivity struct {
+	mu      sync.Mutex
+	open    int   // requests and upgraded connections open here
+	idle    int64 // the app's idle_seconds as this replica last read it
+	keeping bool  // keepActive runs for it
+}
+
+// activity returns app name's activity record on this replica, making it on first use.
+func (s *Server) activity(name string) *appActivity {
+	v, _ := s.appOpen.LoadOrStore(name, &appActivity{})
+	return v.(*appActivity)
+}
+
+// appRequestOpen notes a request to app a for idle hibernation (C25): the app is active from
+// now until the returned func is called, at the end of the answer — deferred by the caller, so
+// an answer cut short (a client gone mid-stream: the proxy panics with ErrAbortHandler) ends
+// it too; an upgraded connection (WebSocket) ends when either side closes it. While any is
+// open here, keepActive writes the app's last activity to the store every flush period, so
+// the replicas that see no request see it is in use; at the end the end is written.
+func (s *Server) appRequestOpen(ctx context.Context, name string, a berth.App) (done func()) {
+	act := s.activity(name)
+	act.mu.Lock()
+	act.open++
+	act.idle = a.IdleSeconds
+	start := !act.keeping
+	act.keeping = true
+	act.mu.Unlock()
+	s.touchApp(ctx, name, a.IdleSeconds)
+	if start {
+		go s.keepActive(name, act)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			act.mu.Lock()
+			act.open--
+			idle := act.idle
+			act.mu.Unlock()
+			s.touchApp(context.WithoutCancel(ctx), name, idle)
+		})
+	}
+}
+
+// keepActive touches app name once a second while a request to it is open on this replica,
+// with its idle_seconds as last read (an owner may change it mid-request), and ends with the
+// last of them. One per app, not per request.
+func (s *Server) keepActive(name string, act *appActivity) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for range t.C {
+		act.mu.Lock()
+		if act.open == 0 {
+			act.keeping = false
+			act.mu.Unlock()
+			return
+		}
+		idle := act.idle
+		act.mu.Unlock()
+		s.touchApp(context.Background(), name, idle)
+	}
+}
+
+// noteIdle records app name's idle_seconds as just read, for the requests open here.
+func (s *Server) noteIdle(name string, idle int64) {
+	if v, ok := s.appOpen.Load(name); ok {
+		act := v.(*appActivity)
+		act.mu.Lock()
+		act.idle = idle
+		act.mu.Unlock()
+	}
+}
+
+// appOpenHere reports whether app name has a request or upgraded connection open on this
+// replica (C25).
+func (s *Server) appOpenHere(name string) bool {
+	v, ok := s.appOpen.Load(name)
+	if !ok {
+		return false
+	}
+	act := v.(*appActivity)
+	act.mu.Lock()
+	defer act.mu.Unlock()
+	return act.open > 0
+}
+
+// appFlushEvery is how often an app with idle_seconds idle has its activity written to the
+// store: a quarter of its idle time, at least 1 s. The store's last_active is thus at most
+// this far behind any replica's.
+func appFlushEvery(idle int64) time.Duration {
+	return max(time.Duration(idle)*time.Second/4, time.Second)
+}
+
+// touchApp notes activity of app name for idle hibernation: here at once, in the store at
+// most once per flush period (appFlushEvery), with a trailing write when the period ends so
+// the last activity always reaches the store, and other replicas see it too.
+func (s *Server) touchApp(ctx context.Context, name string, idle int64) {
 	now := s.cfg.Clock()
-	s.appSeen.Store(name, now)
-	if a.IdleSeconds <= 0 {
+	for {
+		old, loaded := s.appSeen.LoadOrStore(name, now)
+		if !loaded || !now.After(old.(time.Time)) || s.appSeen.CompareAndSwap(name, old, now) {
+			break
+		}
+	}
+	if idle <= 0 {
 		return
 	}
-	every := max(time.Duration(a.IdleSeconds)*time.Second/4, time.Second)
-	if v, ok := s.appFlushed.Load(name); ok && now.Sub(v.(time.Time)) < every {
+	every := appFlushEvery(idle)
+	if v, ok := s.appFlushed.Load(name); ok && now.Sub(v.(time.Time)) < every && !now.Before(v.(time.Time)) {
+		if _, pending := s.appFlushing.LoadOrStore(name, true); !pending {
+			time.AfterFunc(every-now.Sub(v.(time.Time)), func() {
+				s.appFlushing.Delete(name)
+				s.appFlushed.Store(name, s.cfg.Clock())
+				s.flushActive(ctx, name)
+			})
+		}
 		return
 	}
 	s.appFlushed.Store(name, now)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = s.mutateApp(ctx, name, "request/"+s.cfg.ReplicaID, func(a *berth.App) error {
-			if !now.After(a.LastActive) {
-				return errSuperseded
-			}
-			a.LastActive = now
-			return nil
-		})
-	}()
+	go s.flushActive(ctx, name)
+}
+
+// flushActive writes this replica's last activity of app name to its record, unless the
+// record already holds a later one.
+func (s *Server) flushActive(ctx context.Context, name string) {
+	v, ok := s.appSeen.Load(name)
+	if !ok {
+		return
+	}
+	seen := v.(time.Time)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = s.mutateApp(ctx, name, "request/"+s.cfg.ReplicaID, func(a *berth.App) error {
+		if !seen.After(a.LastActive) {
+			return errSuperseded
+		}
+		a.LastActive = seen
+		return nil
+	})
 }

@@ -35,6 +35,16 @@ func (s *Server) createApp(w http.ResponseWriter, r *http.Request, p principal) 
 	if req.IdleSeconds < 0 || req.IdleSeconds > maxIdleSeconds {
 		return berth.Errorf(berth.EInvalidRequest, "idle_seconds must be 0 (never hibernate) to %d", maxIdleSeconds)
 	}
+	// API-4, C26: a retried create with the same key answers as the first did, whatever
+	// happened to the app since; with another request it is idempotency_key_mismatch.
+	return s.keyed(w, r, p, "POST /v1/apps", req, func(w http.ResponseWriter) error {
+		return s.recordApp(w, r, p, req)
+	})
+}
+
+// recordApp writes a new app from a validated request and answers 201 with it. Errors:
+// conflict when the name is taken, unavailable when the store fails.
+func (s *Server) recordApp(w http.ResponseWriter, r *http.Request, p principal, req berth.AppRequest) error {
 	a := berth.App{
 		Name: req.Name, Tenant: p.Tenant, Spec: req.AppSpec, Version: 1, Desired: req.Desired,
 		IdleSeconds: req.IdleSeconds,
@@ -131,19 +141,23 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request, p principal) 
 	if err := s.validateAppSpec(r, spec); err != nil {
 		return err
 	}
-	return s.changeApp(w, r, p, func(a *berth.App) {
-		a.Spec = spec
-		a.Version++
-		resetStart(a)
-		a.Reason = fmt.Sprintf("deploy of version %d", a.Version)
-		switch a.Desired {
-		case berth.DesireRunning:
-			a.State = berth.AppDeploying
-		case berth.DesireHibernated:
-			a.State = berth.AppHibernated
-		case berth.DesireStopped:
-			a.State = berth.AppStopped
-		}
+	// API-4, C26: a retried deploy with the same key is not a second version.
+	route := "POST /v1/apps/" + r.PathValue("name") + "/deploy"
+	return s.keyed(w, r, p, route, spec, func(w http.ResponseWriter) error {
+		return s.changeApp(w, r, p, func(a *berth.App) {
+			a.Spec = spec
+			a.Version++
+			resetStart(a)
+			a.Reason = fmt.Sprintf("deploy of version %d", a.Version)
+			switch a.Desired {
+			case berth.DesireRunning:
+				a.State = berth.AppDeploying
+			case berth.DesireHibernated:
+				a.State = berth.AppHibernated
+			case berth.DesireStopped:
+				a.State = berth.AppStopped
+			}
+		})
 	})
 }
 

@@ -141,6 +141,33 @@ func TestAPP2_RefusalsNeverError(t *testing.T) {
 	}
 }
 
+// TestAPP2_StaleListRetriesNotEarly: a reconciler round works from the app list it read when
+// it began, and the round before may have refused the app after that read (setting its next
+// try after Retry-After). Started from that stale copy, with the clock not moving, the app is
+// not tried again before Retry-After; once Retry-After has passed, the same stale copy retries
+// it. (Under load, rounds overlapped this way and TestAPP2_RefusalsNeverError saw a second
+// attempt without the fake clock moving.)
+func TestAPP2_StaleListRetriesNotEarly(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}
+	h := newHarnessWith(t, func(c *Config) { c.Clock = clk.Now })
+	h.createApp(t, "web", `["python3","-m","http.server","8080"]`) // no reconciler loop runs
+	ctx := context.Background()
+	listed := h.app(t, "web") // what a round's list holds
+	h.s.reconcileApp(ctx, listed)
+	if a := h.app(t, "web"); a.State != berth.AppWaitingCapacity || a.Attempts != 1 {
+		t.Fatalf("after the first round: %s, %d attempts; want waiting_capacity after 1", a.State, a.Attempts)
+	}
+	h.s.reconcileApp(ctx, listed) // the next round, from the list read before the refusal
+	if a := h.app(t, "web"); a.State != berth.AppWaitingCapacity || a.Attempts != 1 {
+		t.Fatalf("a round from a stale list, the clock not moved: %s, %d attempts; want still 1 (%s)", a.State, a.Attempts, a.Reason)
+	}
+	clk.Add(40 * time.Second) // past Retry-After (30 s) and its jitter
+	h.s.reconcileApp(ctx, listed)
+	if a := h.app(t, "web"); a.State != berth.AppWaitingCapacity || a.Attempts != 2 {
+		t.Fatalf("a round from a stale list after Retry-After: %s, %d attempts; want the retry (2)", a.State, a.Attempts)
+	}
+}
+
 func histogramCount(t *testing.T, h *harness, kind string) uint64 {
 	t.Helper()
 	mfs, err := h.s.cfg.Registry.Gather()

@@ -34,20 +34,32 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "at most 10000 steps"))
 		return
 	}
+	if req.DeadlineInMS < 0 || req.DeadlineInMS > maxEvacuateMS {
+		s.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "deadline_in_ms must be 0..%d (a day)", maxEvacuateMS))
+		return
+	}
 	agentID := r.PathValue("id")
 	actor := "agent/" + agentID
-	ctx := r.Context()
-	if !req.Deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
-		defer cancel()
+	// C32: the deadline is counted on this server's monotonic clock from the plan's arrival,
+	// never read off the agent's wall clock (req.Deadline is logged only).
+	window := berth.DefaultEvacuateWindow
+	if req.DeadlineInMS > 0 {
+		window = time.Duration(req.DeadlineInMS) * time.Millisecond
+	} else if !req.Deadline.IsZero() {
+		s.log.Warn("evacuation plan without deadline_in_ms: its wall-clock deadline is not trusted; using the default window",
+			"agent", agentID, "agent_deadline", req.Deadline, "window", window)
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), window)
+	defer cancel()
 	outcomes := make([]berth.EvacuateOutcome, 0, len(req.Steps))
 	for _, step := range req.Steps {
 		outcomes = append(outcomes, s.evacuateOne(ctx, agentID, actor, step))
 	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"outcomes": outcomes})
 }
+
+// maxEvacuateMS bounds deadline_in_ms: no provider's notice window is near a day.
+const maxEvacuateMS = int64(24 * time.Hour / time.Millisecond)
 
 func (s *Server) evacuateOne(ctx context.Context, agentID, actor string, step berth.EvacuateStep) berth.EvacuateOutcome {
 	out := berth.EvacuateOutcome{SandboxID: step.SandboxID}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -198,6 +199,8 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 		return berth.Errorf(berth.EInvalidRequest, "pool must be stateful or ephemeral")
 	case hb.Preemptible && hb.Pool != berth.PoolEphemeral:
 		return berth.Errorf(berth.EInvalidRequest, "a preemptible agent must be ephemeral (POOL-1)")
+	case hb.Seq < 0:
+		return berth.Errorf(berth.EInvalidRequest, "seq must be 0 (unnumbered) or count this boot's heartbeats from 1 (C32)")
 	}
 	for _, e := range hb.Ended {
 		if !e.State.Terminal() {
@@ -440,6 +443,14 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request, p principal) e
 // getQuota is GET /v1/tenants/{name}/quota (admin): the quota and the tenant's usage.
 func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, _ principal) error {
 	name := r.PathValue("name")
+	// An unknown tenant is not_found, as a PUT of its quota is, not "no limit".
+	tenants, err := s.store.Tenants(r.Context())
+	if err != nil {
+		return berth.Errorf(berth.EUnavailable, "read tenants: %v", err)
+	}
+	if !slices.ContainsFunc(tenants, func(t berth.Tenant) bool { return t.Name == name }) {
+		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
+	}
 	q, err := s.store.Quota(r.Context(), name)
 	if err != nil {
 		return berth.Errorf(berth.EUnavailable, "read quota: %v", err)

@@ -188,7 +188,10 @@ func (s *scheduler) placeWith(ctx context.Context, sb berth.Sandbox, req berth.C
 			continue
 		}
 		s.adjustPending(host, res.MiB)
-		release := s.releaser(res)
+		// C31: the reservation lives until its create ends, however long the start takes.
+		renewing := s.keepReserved(res)
+		unreserve := s.releaser(res)
+		release := func() { renewing.stop(); unreserve() }
 		if req.Volume != "" && !pinned {
 			v, err := s.store.PinVolume(ctx, berth.Volume{Tenant: sb.Tenant, Name: req.Volume, AgentID: host}, actor, s.cfg.Clock())
 			if err != nil {
@@ -211,8 +214,9 @@ func (s *scheduler) placeWith(ctx context.Context, sb berth.Sandbox, req berth.C
 		// The start is not tied to the client's patience: once sent it completes (bounded
 		// by AgentTimeout), and a sandbox whose client left is then discarded or kept for
 		// its Idempotency-Key, instead of being torn mid-start.
-		err = s.agents.create(context.WithoutCancel(ctx), addr, at.ask(sb))
+		err = s.agents.create(context.WithoutCancel(ctx), addr, withTTLLeft(at.ask(sb), s.cfg.Clock()))
 		if err == nil {
+			s.afterCreate(renewing) // counted until the agent's heartbeat lists it (LED-4)
 			s.recordOutcome(ctx, host, false, actor)
 			// Recorded whatever the client does meanwhile: the agent runs it now.
 			started := cmp.Or(at.started, "agent started it")

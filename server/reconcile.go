@@ -70,8 +70,14 @@ func (s *Server) kickApps() {
 	}
 }
 
-// reconcileApp takes one step for a (read at the start of the round; every write re-reads).
+// reconcileApp takes one step for a (read at the start of the round, or since if this
+// replica wrote it after that read: appAsOfNow; every write re-reads).
 func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
+	a, ok := s.appAsOfNow(ctx, a)
+	if !ok {
+		return
+	}
+	s.noteIdle(a.Name, a.IdleSeconds) // for the requests open here (C25)
 	if len(a.Retire) > 0 && !s.cfg.Clock().Before(a.RetireAt) {
 		for _, id := range a.Retire {
 			s.retireSandbox(ctx, id, "app "+a.Name+" no longer uses it")
@@ -145,8 +151,15 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 		}
 	}
 	if a.SandboxID != "" && a.ServingVersion == a.Version {
-		if a.State == berth.AppRunning && a.IdleSeconds > 0 {
-			last := a.LastActive
+		if a.State == berth.AppRunning && a.IdleSeconds > 0 && !s.appOpenHere(a.Name) {
+			// C25: idle counts from the end of the last request or connection, on any
+			// replica. Another replica's activity reaches the record at most a flush period
+			// late (while a request is open there, it is rewritten every period), so the
+			// record's time counts as that much later: an app is never hibernated early.
+			recorded, last := a.LastActive, a.LastActive
+			if !last.IsZero() {
+				last = last.Add(appFlushEvery(a.IdleSeconds))
+			}
 			if v, ok := s.appSeen.Load(a.Name); ok && v.(time.Time).After(last) {
 				last = v.(time.Time)
 			}
@@ -154,11 +167,11 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 				// Desired only: the hibernation itself (a pause where the runtime can
 				// checkpoint, else a stop) is the next round's, run at once.
 				s.settle(ctx, a.Name, func(a *berth.App) error {
-					if a.State != berth.AppRunning || a.Desired != berth.DesireRunning || a.LastActive.After(last) {
+					if a.State != berth.AppRunning || a.Desired != berth.DesireRunning || a.LastActive.After(recorded) {
 						return errSuperseded
 					}
 					a.Desired = berth.DesireHibernated
-					a.Reason = fmt.Sprintf("no request for %s (idle_seconds %d): hibernated", idle.Round(time.Second), a.IdleSeconds)
+					a.Reason = fmt.Sprintf("no request open or ended for %s (idle_seconds %d): hibernated", idle.Round(time.Second), a.IdleSeconds)
 					return nil
 				})
 			}
@@ -505,11 +518,46 @@ func (s *Server) mutateApp(ctx context.Context, name, actor string, fn func(a *b
 			continue
 		}
 		if err == nil {
+			s.wroteApp(name, updated.Revision)
 			s.appChanged(name)
 		}
 		return updated, err
 	}
 	return berth.App{}, berth.ErrStaleRevision
+}
+
+// wroteApp notes that this replica wrote revision rev of app name, keeping the newest.
+func (s *Server) wroteApp(name string, rev int64) {
+	for {
+		old, loaded := s.appWritten.LoadOrStore(name, rev)
+		if !loaded || old.(int64) >= rev || s.appWritten.CompareAndSwap(name, old, rev) {
+			return
+		}
+	}
+}
+
+// appAsOfNow returns a, or the app as the store has it now when this replica has written a
+// newer revision than a. A round works from the list it read when it began, and this
+// replica may have written the app since, e.g. the round before it recording a refusal and
+// the next try after Retry-After; acting on the older copy would undo or repeat what that
+// write settled, such as a second try before Retry-After (APP-2). ok is false when the app
+// cannot be read now (deleted, or the store is down): the next round sees.
+func (s *Server) appAsOfNow(ctx context.Context, a berth.App) (_ berth.App, ok bool) {
+	v, wrote := s.appWritten.Load(a.Name)
+	if !wrote || v.(int64) <= a.Revision {
+		return a, true // no read: the list holds this replica's last write, or a later one
+	}
+	cur, err := s.store.App(ctx, a.Name)
+	if errors.Is(err, berth.ErrNotFound) {
+		s.appWritten.CompareAndDelete(a.Name, v)
+	}
+	if err != nil {
+		return a, false
+	}
+	if cur.Revision < v.(int64) { // deleted and created again since: its count starts over
+		s.appWritten.CompareAndSwap(a.Name, v, cur.Revision)
+	}
+	return cur, true
 }
 
 // retireSandbox stops a sandbox an app no longer uses (if it still runs) and records it.

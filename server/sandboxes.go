@@ -87,17 +87,19 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		outcome = berth.ErrorCode(err)
 		return err
 	}
-	idem := r.Header.Get(berth.HeaderIdempotencyKey)
-	if len(idem) > maxIdemKeyLen {
-		outcome = berth.EInvalidRequest
-		return berth.Errorf(berth.EInvalidRequest, "Idempotency-Key is longer than %d bytes", maxIdemKeyLen)
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		outcome = berth.ErrorCode(err)
+		return err
 	}
 	t, err := s.validateCreate(r.Context(), req)
 	if err != nil {
 		outcome = berth.ErrorCode(err)
 		return err
 	}
-	now := s.cfg.Clock().UTC()
+	// In the store's precision (milliseconds), so the answer is the sandbox as every later
+	// read shows it, and a replay is the first answer byte for byte (C26).
+	now := s.cfg.Clock().UTC().Truncate(time.Millisecond)
 	ttl := s.cfg.DefaultTTL
 	if req.TTLSeconds > 0 {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
@@ -107,6 +109,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		MemoryMiB: cmp.Or(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
 		Metadata: req.Metadata, IdempotencyKey: idem, Volume: req.Volume,
+	}
+	if idem != "" {
+		sb.RequestHash = berth.RequestHash(createRoute, req) // C26: the key binds to this request
 	}
 	if req.Volume != "" {
 		// Durable data makes it stateful: charged in full, never evicted, stateful pool only
@@ -120,7 +125,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		return err
 	case replayed:
 		outcome = "replayed"
-		httpjson.WriteJSON(w, http.StatusCreated, placed)
+		s.answerCreate(w, r, p, sb, placed)
 		return nil
 	}
 	if r.Context().Err() != nil && idem == "" {
@@ -141,8 +146,28 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		}
 	}
 	s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)
-	httpjson.WriteJSON(w, http.StatusCreated, placed)
+	s.answerCreate(w, r, p, sb, placed)
 	return nil
+}
+
+// createRoute is the route a sandbox create's Idempotency-Key is scoped to (C26).
+const createRoute = "POST /v1/sandboxes"
+
+// answerCreate writes a create's 201. With an Idempotency-Key the answer is recorded, or, if
+// the key's first create recorded one, that answer is written byte for byte (API-4, C26).
+func (s *Server) answerCreate(w http.ResponseWriter, r *http.Request, p principal, asked, placed berth.Sandbox) {
+	if asked.IdempotencyKey == "" {
+		httpjson.WriteJSON(w, http.StatusCreated, placed)
+		return
+	}
+	answer, err := answerOf(placed)
+	if err != nil { // a sandbox always encodes; a failure here is a bug worth a log
+		s.log.Error("encode a create's answer", "sandbox", placed.ID, "err", err)
+		httpjson.WriteJSON(w, http.StatusCreated, placed)
+		return
+	}
+	s.finishCall(r.Context(), w, berth.IdempotentCall{Scope: callScope(p, createRoute), Key: asked.IdempotencyKey,
+		RequestHash: asked.RequestHash, Status: http.StatusCreated, Answer: answer})
 }
 
 // createIdempotent checks the tenant's quota (ADM-11) and places sb (PLC-1…7), honouring its
@@ -154,22 +179,28 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 // (errIdempotent). Used by POST /v1/sandboxes and by the app reconciler's starts.
 func (s *Server) createIdempotent(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string) (berth.Sandbox, bool, error) {
 	key := sb.IdempotencyKey
-	earlier := func() (berth.Sandbox, bool) {
+	// earlier returns the create holding the key, if one does; one made with another request
+	// is the C26 mismatch (rows from before request hashes, RequestHash "", are not compared).
+	earlier := func() (berth.Sandbox, bool, error) {
 		if key == "" {
-			return sb, false
+			return sb, false, nil
 		}
 		first, found, err := s.awaitIdempotent(ctx, sb.Tenant, key)
-		return first, err == nil && found
+		if err == nil && found && first.RequestHash != "" && sb.RequestHash != "" && first.RequestHash != sb.RequestHash {
+			return sb, false, mismatch(key)
+		}
+		return first, err == nil && found, err
 	}
 	if err := s.checkQuota(ctx, sb.Tenant, sb.MemoryMiB); err != nil {
-		if first, ok := earlier(); ok {
-			return first, true, nil
+		first, ok, kerr := earlier()
+		if ok || berth.ErrorCode(kerr) == berth.EIdempotencyMismatch {
+			return first, ok, kerr
 		}
 		return sb, false, err
 	}
 	for awaiting := false; ; awaiting = true {
 		if awaiting {
-			first, found, err := s.awaitIdempotent(ctx, sb.Tenant, key)
+			first, found, err := earlier()
 			if err != nil {
 				return sb, false, err
 			}
@@ -182,8 +213,9 @@ func (s *Server) createIdempotent(ctx context.Context, sb berth.Sandbox, req ber
 			continue // another create holds the key: wait for its outcome
 		}
 		if err != nil && !awaiting {
-			if first, ok := earlier(); ok {
-				return first, true, nil
+			first, ok, kerr := earlier()
+			if ok || berth.ErrorCode(kerr) == berth.EIdempotencyMismatch {
+				return first, ok, kerr
 			}
 		}
 		return placed, false, err

@@ -10,8 +10,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -84,7 +86,11 @@ type Config struct {
 	// AppDrainGrace is how long the sandbox an app switched away from (a deploy, a
 	// reconstruction) keeps running for the requests already routed to it (default 5 s).
 	AppDrainGrace time.Duration
-	AppsDomain    string
+	// AppHeaderTimeout bounds how long a request to an app waits for the app's response
+	// headers through its host's agent (default 60 s, nginx's proxy_read_timeout); the body
+	// of a stream or an upgraded connection is not bounded by it (C28).
+	AppHeaderTimeout time.Duration
+	AppsDomain       string
 	// Snapshots is the snapshot store the agents checkpoint into (SPOT-4, PAUSE-1): the
 	// server removes a paused sandbox's image when it is deleted or resumed. Nil: images are
 	// left to the store's own lifecycle rules. PauseTimeout bounds one checkpoint and its
@@ -125,6 +131,7 @@ func DefaultConfig() Config {
 		AppBackoffBase:       berth.BackoffBase,
 		AppBackoffCap:        berth.BackoffCap,
 		AppDrainGrace:        5 * time.Second,
+		AppHeaderTimeout:     60 * time.Second,
 		PauseTimeout:         10 * time.Minute,
 	}
 }
@@ -142,17 +149,24 @@ type Server struct {
 	stopping  sync.Map // agent id → a stopEnded round in flight
 	log       *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
-	// this replica; appSeen the last request each app got here, appFlushed when that was
-	// last written to the store (idle hibernation across replicas).
-	appKick    chan struct{}
-	appBusy    sync.Map // name → true
-	appSeen    sync.Map // name → time.Time
-	appFlushed sync.Map // name → time.Time
+	// this replica; appSeen when each app last had a request open here (its start, while
+	// open, and its end), appFlushed when that was last written to the store, appFlushing
+	// the apps with a trailing write pending, appOpen each app's requests and upgraded
+	// connections open here (idle hibernation across replicas, C25).
+	appKick     chan struct{}
+	appBusy     sync.Map // name → true
+	appWritten  sync.Map // name → int64, the newest revision this replica wrote (appAsOfNow)
+	appSeen     sync.Map // name → time.Time
+	appFlushed  sync.Map // name → time.Time
+	appFlushing sync.Map // name → true
+	appOpen     sync.Map // name → *appActivity
 	// appTransport carries app requests to agents, keeping connections to each agent warm
 	// (the default keeps 2 idle per host: every burst above that would reconnect).
 	appTransport *http.Transport
 	appWatchMu   sync.Mutex
 	appWatchers  map[string]chan struct{} // name → closed at this replica's next write of it
+	// lastForget is when keyed calls were last forgotten (unix ms, C26).
+	lastForget atomic.Int64
 }
 
 // New returns a server over st. Zero fields of cfg take their defaults.
@@ -191,6 +205,7 @@ func New(cfg Config, st berth.Store) *Server {
 	cfg.AppBackoffBase = conf.Or(cfg.AppBackoffBase, def.AppBackoffBase)
 	cfg.AppBackoffCap = conf.Or(cfg.AppBackoffCap, def.AppBackoffCap)
 	cfg.AppDrainGrace = conf.Or(cfg.AppDrainGrace, def.AppDrainGrace)
+	cfg.AppHeaderTimeout = conf.Or(cfg.AppHeaderTimeout, def.AppHeaderTimeout)
 	cfg.PauseTimeout = conf.Or(cfg.PauseTimeout, def.PauseTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -224,6 +239,11 @@ func New(cfg Config, st berth.Store) *Server {
 		appWatchers: map[string]chan struct{}{},
 		appTransport: &http.Transport{
 			Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+			// C28: a host that never accepts, or accepts and never answers, does not hold
+			// the request (and a connection) until the client gives up.
+			DialContext:           (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   agentDialTimeout,
+			ResponseHeaderTimeout: cfg.AppHeaderTimeout,
 		},
 	}
 }
@@ -286,6 +306,7 @@ func (s *Server) sweep(ctx context.Context) {
 		s.expireLeases(ctx)
 	}
 	s.settleCheckpoints(ctx)
+	s.forgetCalls(ctx)
 	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})
 	if err != nil {
 		return

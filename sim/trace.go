@@ -29,7 +29,13 @@ func LoadPods(path string) (pods []Pod, skipped int, err error) {
 		return nil, 0, err
 	}
 	defer f.Close()
-	r := csv.NewReader(bufio.NewReader(f))
+	return ReadPods(f, path)
+}
+
+// ReadPods reads a pod list CSV from rd as LoadPods does: only the columns memory_mib,
+// creation_time and deletion_time are needed, in any order. path names rd in errors.
+func ReadPods(rd io.Reader, path string) (pods []Pod, skipped int, err error) {
+	r := csv.NewReader(bufio.NewReader(rd))
 	head, err := r.Read()
 	if err != nil {
 		return nil, 0, fmt.Errorf("sim: %s: %w", path, err)
@@ -76,6 +82,12 @@ func LoadUtil(path string) ([][]float64, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return ReadUtil(f, path)
+}
+
+// ReadUtil reads a utilisation series CSV from f as LoadUtil does: gzip when path ends in
+// ".gz". path names f in errors.
+func ReadUtil(f io.Reader, path string) ([][]float64, error) {
 	var rd io.Reader = bufio.NewReader(f)
 	if strings.HasSuffix(path, ".gz") {
 		gz, err := gzip.NewReader(rd)

@@ -58,11 +58,11 @@ func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []str
 		for _, kv := range f.files {
 			p, local, ok := strings.Cut(kv, "=")
 			if !ok || p == "" || local == "" {
-				return fmt.Errorf("--file %q: want PATH=LOCALFILE", kv)
+				return badInput("--file %q: want PATH=LOCALFILE", kv)
 			}
 			b, err := os.ReadFile(local)
 			if err != nil {
-				return fmt.Errorf("--file %s: %w", p, err)
+				return badInput("--file %s: cannot read %s: %s", kv, local, pathProblem(err))
 			}
 			spec.Files[p] = string(b)
 		}
@@ -75,7 +75,7 @@ func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []str
 		for _, kv := range f.env {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
-				return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+				return badInput("--env %q: want NAME=VALUE", kv)
 			}
 			spec.Env[k] = v
 		}
@@ -124,6 +124,9 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 		Short: "Deploy a new version: the current spec with the flags given (and the command, if given) changed",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := df.apply(cmd, &berth.AppSpec{}, nil); err != nil {
+				return err // bad --file or --env: say so before asking the server anything
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err
@@ -210,7 +213,7 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 	}
 	cmd.AddCommand(create, deploy, idleCmd, list, get, del)
 	for _, v := range []struct{ verb, short string }{
-		{"hibernate", "Stop the app's sandbox; the next request wakes it"},
+		{"hibernate", "Pause the app's sandbox (gVisor: memory kept; else it stops); the next request wakes it"},
 		{"wake", "Start a hibernated app now (a stopped one too; a waiting one tries again now)"},
 		{"stop", "Stop the app; requests get app_stopped until `start`"},
 		{"start", "Start a stopped app (or one in error, after fixing it)"},

@@ -4,52 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
 )
-
-type clientFlags struct {
-	url, key, keyFile string
-	wait              time.Duration
-	stderr            io.Writer
-}
-
-// client builds the SDK client: --key, else BERTH_KEY, else the dev stack's admin.key.
-// Every wait between retries is announced on stderr, so a refusal or an unreachable server
-// is never a silent minute.
-func (f *clientFlags) client() (*client.Client, error) {
-	key, err := f.resolveKey()
-	if err != nil {
-		return nil, err
-	}
-	notify := func(r client.Retry) {
-		if f.stderr != nil {
-			fmt.Fprintf(f.stderr, "berth: %s; retrying in %.1fs (Ctrl-C to stop)\n", r.Last.Error(), r.Wait.Seconds())
-		}
-	}
-	return client.New(f.url, key, client.WithRetryNotify(notify), client.WithDeadline(f.wait)), nil
-}
-
-// resolveKey returns --key, else BERTH_KEY, else the content of --key-file.
-func (f *clientFlags) resolveKey() (string, error) {
-	if f.key != "" {
-		return f.key, nil
-	}
-	if k := os.Getenv("BERTH_KEY"); k != "" {
-		return k, nil
-	}
-	b, err := os.ReadFile(f.keyFile)
-	if err != nil {
-		return "", fmt.Errorf("no API key: set --key or BERTH_KEY, or start `berth dev` (it writes %s)", f.keyFile)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
 
 // exitError carries a sandboxed command's exit code out of `berth sandbox exec`.
 type exitError struct{ code int }
@@ -135,7 +95,10 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 	exec := &cobra.Command{
 		Use:   "exec ID -- CMD [ARG...]",
 		Short: "Run a command in a sandbox; prints its output and exits with its exit code (1–255)",
-		Args:  cobra.MinimumNArgs(2),
+		Long: "Run CMD in the sandbox, print its stdout and stderr as they are, and exit with its exit code.\n" +
+			"A failure of berth itself (no such sandbox, server unreachable, …) prints one stderr line\n" +
+			"starting with \"berth: \" and exits 1, 2 or 3 (see berth --help).",
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
@@ -388,21 +351,44 @@ func newTenantsCmd(cf *clientFlags) *cobra.Command {
 	key.Flags().StringVar(&role, "role", berth.RoleTenant, "tenant or admin")
 	var q berth.Quota
 	quota := &cobra.Command{
-		Use: "quota NAME", Short: "Set a tenant's quota (ADM-11); 0 means no limit", Args: cobra.ExactArgs(1),
+		Use:   "quota NAME [--sandboxes N] [--memory-mb M]",
+		Short: "Show a tenant's quota and usage; with --sandboxes or --memory-mb, set it (ADM-11)",
+		Long: "Without flags, print the tenant's quota and what its live sandboxes use now; nothing changes.\n" +
+			"With --sandboxes and/or --memory-mb, set those limits (0: no limit) and keep the one not given,\n" +
+			"then print the quota now in force.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
 				return err
 			}
-			q.Tenant = args[0]
-			if err := c.SetQuota(cmd.Context(), q); err != nil {
+			setSandboxes, setMemory := cmd.Flags().Changed("sandboxes"), cmd.Flags().Changed("memory-mb")
+			if q.MaxSandboxes < 0 || q.MaxMemoryMiB < 0 {
+				return badInput("--sandboxes and --memory-mb: want 0 (no limit) or more")
+			}
+			cur, err := c.Quota(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), q)
+			if !setSandboxes && !setMemory {
+				return printJSON(cmd.OutOrStdout(), cur)
+			}
+			next := cur.Quota
+			next.Tenant = args[0]
+			if setSandboxes {
+				next.MaxSandboxes = q.MaxSandboxes
+			}
+			if setMemory {
+				next.MaxMemoryMiB = q.MaxMemoryMiB
+			}
+			if err := c.SetQuota(cmd.Context(), next); err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), next)
 		},
 	}
-	quota.Flags().IntVar(&q.MaxSandboxes, "sandboxes", 0, "most live sandboxes (0: no limit)")
-	quota.Flags().Int64Var(&q.MaxMemoryMiB, "memory-mb", 0, "most configured memory of live sandboxes, MiB (0: no limit)")
+	quota.Flags().IntVar(&q.MaxSandboxes, "sandboxes", 0, "set the most live sandboxes (0: no limit); not given: unchanged")
+	quota.Flags().Int64Var(&q.MaxMemoryMiB, "memory-mb", 0, "set the most configured memory of live sandboxes, MiB (0: no limit); not given: unchanged")
 	cmd.AddCommand(create, key, quota)
 	return cmd
 }

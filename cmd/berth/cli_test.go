@@ -86,7 +86,7 @@ func TestCLI_SandboxLifecycle(t *testing.T) {
 		t.Fatalf("after kill: %q, %v", out, err)
 	}
 	_, err = berthCLI(t, st, "", "sandbox", "create", "cobol")
-	if code := berth.ErrorCode(err); code != berth.ETemplateNotFound || exitCode(err) != 1 {
+	if code := berth.ErrorCode(err); code != berth.ETemplateNotFound || exitCode(err) != exitInvalid {
 		t.Fatalf("unknown template: %v (code %s, exit %d)", err, code, exitCode(err))
 	}
 }

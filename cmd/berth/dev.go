@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/sqlite"
@@ -123,37 +125,97 @@ type devStack struct {
 
 // startDev boots the dev stack and returns once the server listens and every agent has
 // sent its first heartbeat. Close stops it and every sandbox it started.
+//
+// A start that fails leaves the data directory as it found it (issue 13: a start on a busy
+// port wrote a fresh admin.key that the CLI then sent to whatever owned the port). What can
+// fail without writing is checked first: the flags, the runtime choice, the data directory
+// and the --listen address, which is bound here and kept. The runtimes, whose checks (root,
+// runsc, isolation) are the likeliest failure of a first start, open before the store; a
+// failure after something was written removes what this start created in the data
+// directory; admin.key is written last, once every agent heartbeated, and an existing key
+// is read, never rewritten.
 func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if cfg.Agents < 1 || cfg.Agents > 64 {
 		return nil, berth.Errorf(berth.EInvalidRequest, "--agents must be 1..64")
 	}
+	if err := (server.Config{ReservationTTL: cfg.ReservationTTL, HeartbeatInterval: cfg.HeartbeatInterval, StaleAfter: cfg.StaleAfter}).Validate(); err != nil {
+		return nil, err // C31
+	}
+	if !admission.ValidMode(cfg.Admission) {
+		return nil, berth.Errorf(berth.EInvalidRequest, "--admission must be %s, %s or %s, not %q",
+			berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, cfg.Admission)
+	}
+	if _, _, err := cfg.Runtime.pick(); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	data, err := filepath.Abs(cfg.Data)
 	if err != nil {
 		return nil, err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(data, "berth.db"))
+	undo, err := noteDir(data)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, listenError(cfg.Listen, data, err)
+	}
+
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &devStack{Store: st, stop: cancel, dataDir: data}
+	s := &devStack{stop: cancel, dataDir: data, URL: "http://" + ln.Addr().String()}
 	defer func() {
-		if err != nil {
-			_ = s.Close()
+		if err == nil {
+			return
+		}
+		if s.httpSrv == nil {
+			_ = ln.Close()
+		}
+		if cerr := s.Close(); cerr != nil { // something may still run in there: leave it
+			cfg.Logger.Warn("berth dev: start failed and did not stop cleanly; its files stay in "+data, "err", cerr)
+			return
+		}
+		if uerr := undo.undo(); uerr != nil {
+			cfg.Logger.Warn("berth dev: start failed; could not remove what it created in "+data, "err", uerr)
 		}
 	}()
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return s, fmt.Errorf("data dir: %w", err)
+	}
+
+	// The runtime scopes its cgroups by its directory, so two dev stacks never share (or
+	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
+	rts := make([]agent.Runtime, cfg.Agents)
+	for i := range rts {
+		id := fmt.Sprintf("dev-agent-%d", i+1)
+		rt, closeRT, about, err := cfg.Runtime.open(filepath.Join(data, "agents", id), cfg.Logger.With("agent", id))
+		if err != nil {
+			return s, fmt.Errorf("runtime for %s: %w", id, err)
+		}
+		rts[i] = rt
+		s.runtimes = append(s.runtimes, closeRT)
+		s.Runtime = about
+	}
+
+	st, err := sqlite.Open(ctx, filepath.Join(data, "berth.db"))
+	if err != nil {
+		return s, fmt.Errorf("open store: %w", err)
+	}
+	s.Store = st
 	if err := seedTemplates(ctx, st); err != nil {
 		return s, err
 	}
-	if s.AdminKey, err = ensureAdminKey(ctx, st, filepath.Join(data, "admin.key")); err != nil {
+	keyPath := filepath.Join(data, "admin.key")
+	secret, fresh, err := loadAdminKey(keyPath)
+	if err != nil {
 		return s, err
 	}
+	if err := registerAdminKey(ctx, st, secret); err != nil {
+		return s, err
+	}
+	s.AdminKey = secret
 
 	// One snapshot store for every agent: a guest paused on one resumes on another (PAUSE-1).
 	snapshots, err := openSnapshotStore(ctx, "file://"+filepath.Join(data, "snapshots"))
@@ -173,26 +235,13 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.Snapshots = snapshots
 	scfg.Logger = cfg.Logger
 	srv := server.New(scfg, st)
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return s, fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	s.URL = "http://" + ln.Addr().String()
 	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); _ = s.httpSrv.Serve(ln) }()
 	go func() { defer s.wg.Done(); _ = srv.Run(ctx) }()
 
-	// The runtime scopes its cgroups by its directory, so two dev stacks never share (or
-	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
-	for i := 1; i <= cfg.Agents; i++ {
-		id := fmt.Sprintf("dev-agent-%d", i)
-		rt, closeRT, about, err := cfg.Runtime.open(filepath.Join(data, "agents", id), cfg.Logger.With("agent", id))
-		if err != nil {
-			return s, fmt.Errorf("runtime for %s: %w", id, err)
-		}
-		s.runtimes = append(s.runtimes, closeRT)
-		s.Runtime = about
+	for i, rt := range rts {
+		id := fmt.Sprintf("dev-agent-%d", i+1)
 		acfg := agent.DefaultConfig()
 		acfg.ID = id
 		acfg.Admission = cfg.Admission
@@ -209,7 +258,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		acfg.NodeToken = nodeToken
 		acfg.Logger = cfg.Logger
 		if cfg.agentHook != nil {
-			cfg.agentHook(i-1, &acfg)
+			cfg.agentHook(i, &acfg)
 		}
 		a, err := agent.New(acfg, rt)
 		if err != nil {
@@ -225,7 +274,94 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err := s.waitAgents(ctx, cfg.Agents); err != nil {
 		return s, err
 	}
+	if fresh { // last: a start that failed leaves no key for the CLI to send anywhere
+		if err := os.WriteFile(keyPath, []byte(secret+"\n"), 0o600); err != nil {
+			return s, fmt.Errorf("write admin key: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// listenError says why --listen addr cannot be bound, naming the address, and that the
+// data directory was left alone.
+func listenError(addr, data string, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err // "bind: address already in use", without repeating the address
+	}
+	hint := ""
+	if errors.Is(err, syscall.EADDRINUSE) {
+		hint = " (another process listens there, perhaps another berth dev or server: stop it or pick another address with --listen)"
+	}
+	return fmt.Errorf("cannot listen on %s: %w%s; nothing was written to %s", addr, err, hint, data)
+}
+
+// dirNote is what a directory held before a start, so a failed start can remove what it
+// created there (and the directory, with any parents it made, when it did not exist).
+type dirNote struct {
+	dir     string // the directory, or the topmost missing ancestor when it did not exist
+	existed bool
+	before  map[string]bool // paths relative to dir, noteDepth levels deep
+}
+
+// noteDepth is how deep a note looks: data/agents/dev-agent-1/rootfs is level 3, deep
+// enough for every directory a start makes, shallow enough never to walk sandboxes' files.
+const noteDepth = 3
+
+// noteDir notes what dir holds; it fails when dir exists and is not a readable directory.
+func noteDir(dir string) (*dirNote, error) {
+	n := &dirNote{dir: dir, before: map[string]bool{}}
+	if _, err := os.ReadDir(dir); errors.Is(err, os.ErrNotExist) {
+		for parent := filepath.Dir(n.dir); parent != n.dir; parent = filepath.Dir(n.dir) {
+			if _, err := os.Lstat(parent); err == nil {
+				break
+			}
+			n.dir = parent
+		}
+		return n, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	n.existed = true
+	if err := n.walk("", 1, func(rel string, _ os.DirEntry) bool { n.before[rel] = true; return true }); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	return n, nil
+}
+
+// walk calls fn for each entry under rel, noteDepth levels deep, descending into the
+// directories (never symlinks) for which fn returns true.
+func (n *dirNote) walk(rel string, depth int, fn func(rel string, e os.DirEntry) bool) error {
+	ents, err := os.ReadDir(filepath.Join(n.dir, rel))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		r := filepath.Join(rel, e.Name())
+		if fn(r, e) && e.IsDir() && depth < noteDepth {
+			if err := n.walk(r, depth+1, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// undo removes what appeared in the directory since noteDir (all of it when the start made
+// the directory). It is called only once everything this start ran has stopped.
+func (n *dirNote) undo() error {
+	if !n.existed {
+		return os.RemoveAll(n.dir)
+	}
+	var errs error
+	werr := n.walk("", 1, func(rel string, _ os.DirEntry) bool {
+		if n.before[rel] {
+			return true
+		}
+		errs = errors.Join(errs, os.RemoveAll(filepath.Join(n.dir, rel)))
+		return false
+	})
+	return errors.Join(werr, errs)
 }
 
 // waitAgents waits (bounded) until n agents have heartbeated.
@@ -306,29 +442,48 @@ func seedTemplates(ctx context.Context, st berth.TemplateStore) error {
 // ensureAdminKey returns the admin key kept in path, creating the key (and the "default"
 // tenant it belongs to) on first run. Only the key's hash goes into the store.
 func ensureAdminKey(ctx context.Context, st berth.TenantStore, path string) (string, error) {
-	if err := st.PutTenant(ctx, berth.Tenant{Name: "default", CreatedAt: time.Now().UTC()}); err != nil {
-		return "", fmt.Errorf("seed tenant: %w", err)
+	secret, fresh, err := loadAdminKey(path)
+	if err != nil {
+		return "", err
 	}
-	secret := ""
-	if b, err := os.ReadFile(path); err == nil {
-		secret = strings.TrimSpace(string(b))
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read admin key: %w", err)
-	}
-	if secret == "" {
-		secret = server.NewKeySecret()
+	if fresh {
 		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("write admin key: %w", err)
 		}
+	}
+	if err := registerAdminKey(ctx, st, secret); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// loadAdminKey returns the admin key kept in path, or a new one (fresh) when path is missing
+// or empty. It writes nothing.
+func loadAdminKey(path string) (secret string, fresh bool, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", false, fmt.Errorf("read admin key: %w", err)
+	}
+	if secret = strings.TrimSpace(string(b)); secret != "" {
+		return secret, false, nil
+	}
+	return server.NewKeySecret(), true, nil
+}
+
+// registerAdminKey makes sure the "default" tenant exists and holds secret as an admin key.
+// Only the key's hash goes into the store.
+func registerAdminKey(ctx context.Context, st berth.TenantStore, secret string) error {
+	if err := st.PutTenant(ctx, berth.Tenant{Name: "default", CreatedAt: time.Now().UTC()}); err != nil {
+		return fmt.Errorf("seed tenant: %w", err)
 	}
 	h := server.HashKey(secret)
 	if _, err := st.APIKeyByHash(ctx, h); errors.Is(err, berth.ErrNotFound) {
 		k := berth.APIKey{ID: "key-admin-" + h[:8], Tenant: "default", Role: berth.RoleAdmin, Hash: h, CreatedAt: time.Now().UTC()}
 		if err := st.PutAPIKey(ctx, k); err != nil {
-			return "", fmt.Errorf("store admin key: %w", err)
+			return fmt.Errorf("store admin key: %w", err)
 		}
 	} else if err != nil {
-		return "", fmt.Errorf("look up admin key: %w", err)
+		return fmt.Errorf("look up admin key: %w", err)
 	}
-	return secret, nil
+	return nil
 }

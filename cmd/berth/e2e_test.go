@@ -32,14 +32,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envRunMain) == "1" {
 		// This test binary plays the berth binary for a replica the test runs as a real
 		// process (so it can be killed with SIGKILL).
+		// It exits and prints as the binary does (run), so tests can read its exit code.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		code := run(ctx, &clientFlags{}, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "berth:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+		os.Exit(code)
 	}
 	pgtest.Main(m) // runs the tests, then stops the shared PostgreSQL
 }
@@ -304,7 +301,10 @@ func residentOf(t *testing.T, c *client.Client, id string) int64 {
 func TestCase_C20_ConcurrentCreatesExactlyN(t *testing.T) {
 	st := bootDev(t, func(c *devConfig) {
 		c.Admission, c.AgentMemoryMiB, c.HeadroomMiB = berth.AdmissionCommitted, 2048, 0
-		c.HeartbeatInterval = time.Hour // no netting during the burst: the ledger alone decides
+		// No netting during the burst: the ledger alone decides (and the TTL is at least two
+		// heartbeats, C31, so nothing expires either; the staleness cutoff too, PLC-1, so the
+		// agent's one heartbeat keeps it placeable).
+		c.HeartbeatInterval, c.ReservationTTL, c.StaleAfter = time.Hour, 2*time.Hour, 2*time.Hour
 	})
 	var mu sync.Mutex
 	var ids []string

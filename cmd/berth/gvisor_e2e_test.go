@@ -36,26 +36,43 @@ func startCounter(t *testing.T, c *client.Client, id string) {
 	}
 }
 
-// counter reads the counter of sandbox id.
-func counter(t *testing.T, c *client.Client, id string) int {
-	t.Helper()
+// readCounter reads the counter of sandbox id.
+func readCounter(c *client.Client, id string) (int, error) {
 	b, err := c.ReadFile(context.Background(), id, "/tmp/counter")
 	if err != nil {
-		t.Fatalf("read the counter of %s: %v", id, err)
+		return 0, fmt.Errorf("read the counter of %s: %w", id, err)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		t.Fatalf("counter of %s is %q", id, b)
+		return 0, fmt.Errorf("counter of %s is %q", id, b)
+	}
+	return n, nil
+}
+
+// counter reads the counter of sandbox id, which must be there.
+func counter(t *testing.T, c *client.Client, id string) int {
+	t.Helper()
+	n, err := readCounter(c, id)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }
 
-// waitCounterPast waits until sandbox id's counter is past n.
+// waitCounterPast waits until sandbox id's counter is past n. Its first value may not be
+// written yet (a loaded machine starts the background loop late): not_found is waited out.
 func waitCounterPast(t *testing.T, c *client.Client, id string, n int) int {
 	t.Helper()
 	var got int
 	waitFor(t, 30*time.Second, fmt.Sprintf("the counter of %s past %d", id, n), func() (bool, string) {
-		got = counter(t, c, id)
+		v, err := readCounter(c, id)
+		if berth.ErrorCode(err) == berth.ENotFound {
+			return false, err.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = v
 		return got > n, strconv.Itoa(got)
 	})
 	return got
@@ -358,9 +375,17 @@ func TestSPOT3_SnapshotMoves(t *testing.T) {
 // wsApp is a WebSocket echo server in Python's standard library: the RFC 6455 handshake,
 // then every text frame the client sends comes back unmasked.
 const wsApp = `
-import base64, hashlib, http.server, socketserver
+import base64, hashlib, http.server, socketserver, time
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path == '/stream':  # "tick N" once a second for 7 s, no Content-Length (C25)
+            self.send_response(200)
+            self.end_headers()
+            for i in range(7):
+                self.wfile.write(b'tick %d\n' % i)
+                self.wfile.flush()
+                time.sleep(1)
+            return
         key = self.headers['Sec-WebSocket-Key']
         if key is None:  # Berth's readiness probe, or a browser's plain GET
             self.send_response(200)
@@ -436,5 +461,58 @@ func TestAPP1_WebSocketOnGVisor(t *testing.T) {
 			t.Fatalf("echo %d = %q, %v; want %q", i, got, err, msg)
 		}
 		time.Sleep(time.Second) // a long-lived exchange, as a browser's would be
+	}
+}
+
+// keepAliveApp is an HTTP/1.1 app (its connections stay open between requests, as most
+// servers' do) that answers how many requests it has served: a count kept only in memory.
+const keepAliveApp = `
+import http.server
+n = 0
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def do_GET(self):
+        global n
+        n += 1
+        body = b'%d' % n
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(('127.0.0.1', 8080), H).serve_forever()
+`
+
+// TestPAUSE2_KeepAliveAppHibernatesByPause: an app whose server keeps its connections alive
+// (so the agent's proxy holds one open into the sandbox) is hibernated by a pause — its
+// memory kept — not stopped, and the request that wakes it finds its in-memory count where it
+// was (PAUSE-2). The proxy's idle connection used to leave a relay inside the sandbox
+// holding a host socket, which no checkpoint can save: every hibernation became a stop.
+func TestPAUSE2_KeepAliveAppHibernatesByPause(t *testing.T) {
+	st := bootGVisor(t, nil)
+	ctx := context.Background()
+	c := adminClient(st)
+	if _, err := c.CreateApp(ctx, berth.AppRequest{Name: "ka", IdleSeconds: 2, AppSpec: berth.AppSpec{Template: "python",
+		Port: 8080, Command: []string{"python3", "app.py"}, Files: map[string]string{"app.py": keepAliveApp}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, c, "ka", berth.AppRunning, 60*time.Second)
+	last := 0
+	for range 3 {
+		body, code := get(t, st.URL+"/apps/ka/")
+		n, err := strconv.Atoi(body)
+		if code != http.StatusOK || err != nil || n <= last {
+			t.Fatalf("GET /apps/ka/: %d %q; want a count above %d", code, body, last)
+		}
+		last = n
+	}
+	a := waitApp(t, c, "ka", berth.AppHibernated, 60*time.Second)
+	if a.PausedSandbox == "" {
+		t.Fatalf("hibernated app %+v: no paused sandbox (its sandbox was stopped, not paused: %s)", a, appStory(t, c, "ka", true))
+	}
+	body, code := get(t, st.URL+"/apps/ka/")
+	if n, err := strconv.Atoi(body); code != http.StatusOK || err != nil || n <= last {
+		t.Fatalf("the waking request: %d %q; want the count to go on from %d (memory kept)", code, body, last)
 	}
 }

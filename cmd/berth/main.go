@@ -4,16 +4,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/runtime/gvisor"
 	"github.com/berth-dev/berth/agent/runtime/process"
 	"github.com/spf13/cobra"
@@ -25,57 +22,64 @@ func main() {
 	process.MaybeRunInit()
 	gvisor.MaybeRunInit()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := run(ctx, &clientFlags{}, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		var ee *exitError
-		if !errors.As(err, &ee) { // exec already printed the command's own output
-			fmt.Fprintln(os.Stderr, "berth:", strings.TrimPrefix(err.Error(), "berth: "))
-		}
-		os.Exit(exitCode(err))
-	}
+	os.Exit(code)
 }
 
-// Main runs the berth command line with args; it is what tests call (STYLE habit 7).
+// Main runs the berth command line with args and returns its error, nil on success; it is
+// what tests call (STYLE habit 7). exitCode gives the error's exit code and errorMessage the
+// line run prints for it.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	root := newRootCmd()
+	return execute(ctx, &clientFlags{}, args, stdin, stdout, stderr)
+}
+
+// run runs the command line as the berth binary does: on failure it prints the one line
+// "berth: MESSAGE" on stderr (nothing for `sandbox exec`, whose command's own stderr was
+// passed through verbatim) and returns the exit code of exitCode's rule.
+func run(ctx context.Context, cf *clientFlags, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := execute(ctx, cf, args, stdin, stdout, stderr)
+	if err == nil {
+		return 0
+	}
+	if msg := errorMessage(err); msg != "" {
+		fmt.Fprintln(stderr, "berth: "+msg)
+	}
+	return exitCode(err)
+}
+
+// execute builds the command tree around cf and runs args through it. An error that cobra
+// raised before any command ran — an unknown command or flag, a flag value that does not
+// parse, the wrong number of arguments, a required flag missing — comes back as a
+// *usageError (exit 2).
+func execute(ctx context.Context, cf *clientFlags, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	root := newRootCmd(cf)
+	ran := guardUsage(root)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	return root.ExecuteContext(ctx)
-}
-
-// exitCode maps errors to exit codes: a sandboxed command's own code for exec, 2 invalid
-// request, 3 capacity or server unavailable (retry later), 1 anything else.
-func exitCode(err error) int {
-	var e *berth.Error
-	var ee *exitError
-	switch {
-	case errors.As(err, &ee):
-		return min(max(ee.code, 1), 255)
-	case errors.As(err, &e) && e.Retryable():
-		return 3
-	case errors.As(err, &e) && e.Code == berth.EInvalidRequest:
-		return 2
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && !*ran {
+		return &usageError{cmd: cmd.CommandPath(), err: err}
 	}
-	return 1
+	return cf.explain(err)
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd(cf *clientFlags) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "berth",
 		Short:         "Berth: admission, placement and lifecycle for fleets of sandbox hosts",
+		Long:          "Berth: admission, placement and lifecycle for fleets of sandbox hosts.\n\n" + exitCodeHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	cf := &clientFlags{}
-	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) { cf.stderr = cmd.ErrOrStderr() }
-	root.PersistentFlags().StringVar(&cf.url, "url", envOr("BERTH_URL", "http://127.0.0.1:7070"), "Berth server URL (env BERTH_URL)")
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) { cf.stderr, cf.changed = cmd.ErrOrStderr(), cmd.Flags().Changed }
+	root.PersistentFlags().StringVar(&cf.url, "url", envOr("BERTH_URL", "http://127.0.0.1:7070"), "Berth server URL, http:// or https:// (env BERTH_URL)")
 	// The key's default is read when it is used, never shown: --help must not print a secret.
 	root.PersistentFlags().StringVar(&cf.key, "key", "", "API key (default: env BERTH_KEY, else the file --key-file)")
-	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when --key is not set")
-	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1)")
+	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when neither --key nor BERTH_KEY is set")
+	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1); 0: try once")
 	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newAppsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf))
 	return root
 }

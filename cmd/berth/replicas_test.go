@@ -100,7 +100,7 @@ func (f *pgFleet) replica(t *testing.T, mutate func(*server.Config)) string {
 func (f *pgFleet) processReplica(t *testing.T) (string, *exec.Cmd) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "server", "--store", f.db, "--listen", "127.0.0.1:0",
-		"--data", f.data, "--reservation-ttl", "3s", "--replica-id", "doomed")
+		"--data", f.data, "--reservation-ttl", "3s", "--heartbeat-interval", "1s", "--replica-id", "doomed")
 	cmd.Env = append(os.Environ(), envRunMain+"=1", "BERTH_NODE_TOKEN="+f.nodeToken)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -566,6 +566,10 @@ func noticeServer(t *testing.T, provider string, acks *atomic.Int64) *httptest.S
 		switch provider {
 		case "gcp":
 			time.Sleep(20 * time.Millisecond) // a hanging GET that answers at once, again and again
+			if strings.HasSuffix(r.URL.Path, "/maintenance-event") {
+				io.WriteString(w, "NONE")
+				return
+			}
 			io.WriteString(w, "TRUE")
 		case "aws":
 			switch r.URL.Path {
@@ -581,7 +585,11 @@ func noticeServer(t *testing.T, provider string, acks *atomic.Int64) *httptest.S
 				acks.Add(1)
 				return
 			}
-			fmt.Fprintf(w, `{"DocumentIncarnation": 8, "Events": [{"EventId": "ev-1", "EventType": "Preempt", "NotBefore": %q}]}`,
+			if r.URL.Path == "/metadata/instance/compute/name" {
+				io.WriteString(w, "doomed-vm") // this VM's name, which the event names (C27)
+				return
+			}
+			fmt.Fprintf(w, `{"DocumentIncarnation": 8, "Events": [{"EventId": "ev-1", "EventType": "Preempt", "Resources": ["doomed-vm"], "NotBefore": %q}]}`,
 				deadline.Format(time.RFC1123))
 		}
 	}))

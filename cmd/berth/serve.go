@@ -34,9 +34,19 @@ func newServerCmd() *cobra.Command {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" {
-				return errors.New("set BERTH_NODE_TOKEN: agents authenticate with it")
+				return berth.Errorf(berth.EInvalidRequest, "set BERTH_NODE_TOKEN: agents authenticate with it")
+			}
+			if err := cfg.Validate(); err != nil { // C31: before anything is written
+				return err
 			}
 			ctx := cmd.Context()
+			// The address first: a replica that cannot serve writes nothing (no admin.key,
+			// no berth.db) that a CLI would then send to whatever holds the port.
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("cannot listen on %s: %w (another process listens there: stop it or pick another address with --listen); nothing was written", listen, err)
+			}
+			defer ln.Close()
 			if err := os.MkdirAll(data, 0o700); err != nil {
 				return err
 			}
@@ -48,7 +58,8 @@ func newServerCmd() *cobra.Command {
 			if err := seedTemplates(ctx, st); err != nil {
 				return err
 			}
-			if _, err := ensureAdminKey(ctx, st, filepath.Join(data, "admin.key")); err != nil {
+			keyAt, err := serverAdminKey(ctx, st, os.Getenv("BERTH_ADMIN_KEY"), filepath.Join(data, "admin.key"))
+			if err != nil {
 				return err
 			}
 			if cfg.Snapshots, err = openSnapshotStore(ctx, snapshotURL); err != nil {
@@ -58,10 +69,6 @@ func newServerCmd() *cobra.Command {
 				defer cfg.Snapshots.Close()
 			}
 			srv := server.New(cfg, st)
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return err
-			}
 			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 			go func() { _ = srv.Run(ctx) }()
 			go func() {
@@ -70,7 +77,7 @@ func newServerCmd() *cobra.Command {
 				defer cancel()
 				_ = hs.Shutdown(shut)
 			}()
-			fmt.Fprintf(cmd.OutOrStdout(), "Berth server at http://%s (admin key in %s)\n", ln.Addr(), filepath.Join(data, "admin.key"))
+			fmt.Fprintf(cmd.OutOrStdout(), "Berth server at http://%s (admin key %s)\n", ln.Addr(), keyAt)
 			if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -79,12 +86,12 @@ func newServerCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", listen, "API address")
-	f.StringVar(&data, "data", data, "directory for admin.key (and the SQLite store by default)")
+	f.StringVar(&data, "data", data, "directory for admin.key, the admin key this replica makes unless env BERTH_ADMIN_KEY gives one (and the SQLite store by default)")
 	f.StringVar(&storeSpec, "store", os.Getenv("BERTH_STORE"), "store: postgres://… (any number of replicas) or a SQLite file path (one replica; default <data>/berth.db)")
 	f.StringVar(&cfg.ReplicaID, "replica-id", cfg.ReplicaID, "this replica's name, the owner of its reservations (default: random)")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
-	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period (for Retry-After)")
-	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry TTL (LED-2)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period (for Retry-After; --reservation-ttl must be at least twice it)")
+	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry TTL, renewed while its create is in flight; at least twice --heartbeat-interval (LED-2)")
 	f.StringVar(&cfg.Strategy, "strategy", cfg.Strategy, "placement strategy: spread or pack (PLC-2)")
 	f.DurationVar(&cfg.LeaseEphemeral, "lease-ephemeral", cfg.LeaseEphemeral, "a silent ephemeral-pool agent's sandboxes are lost after this (LIF-2)")
 	f.DurationVar(&cfg.LeaseStateful, "lease-stateful", cfg.LeaseStateful, "a silent stateful-pool agent's sandboxes are lost after this (LIF-2)")
@@ -121,20 +128,36 @@ func newAgentCmd() *cobra.Command {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" || cfg.ServerURL == "" {
-				return errors.New("set --server and BERTH_NODE_TOKEN")
+				return berth.Errorf(berth.EInvalidRequest, "set --server and BERTH_NODE_TOKEN")
+			}
+			// Multi-host checks and defaults (README "Many replicas on PostgreSQL"), before
+			// anything starts: the servers must be able to dial us, and --dir is ours alone.
+			if err := checkAgentReach(cfg.ServerURL, cfg.Listen, cfg.Advertise); err != nil {
+				return err
+			}
+			release, err := lockAgentDir(dir)
+			if err != nil {
+				return err
+			}
+			defer release()
+			if cfg.ID == "" {
+				host, _ := os.Hostname()
+				if cfg.ID, err = defaultAgentID(host, dir); err != nil {
+					return err
+				}
 			}
 			switch notices {
 			case "auto":
-				w, name := preempt.Detect(cmd.Context(), preempt.Probe{GCP: metadataURL, AWS: metadataURL, Azure: metadataURL})
+				w, name := preempt.Detect(cmd.Context(), preempt.Probe{GCP: metadataURL, AWS: metadataURL, Azure: metadataURL, Log: cfg.Logger})
 				cfg.Logger.Info("preemption notices", "provider", name)
 				cfg.Notices = w
 			case "none", "":
 			case "gcp":
-				cfg.Notices = preempt.GCP{BaseURL: metadataURL}
+				cfg.Notices = preempt.GCP{BaseURL: metadataURL, Log: cfg.Logger}
 			case "aws":
-				cfg.Notices = preempt.AWS{BaseURL: metadataURL}
+				cfg.Notices = preempt.AWS{BaseURL: metadataURL, Log: cfg.Logger}
 			case "azure":
-				cfg.Notices = preempt.Azure{BaseURL: metadataURL}
+				cfg.Notices = preempt.Azure{BaseURL: metadataURL, Log: cfg.Logger}
 			default:
 				return berth.Errorf(berth.EInvalidRequest, "--notices must be none, auto, gcp, aws or azure")
 			}
@@ -158,16 +181,17 @@ func newAgentCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.ServerURL, "server", os.Getenv("BERTH_URL"), "server URL")
-	f.StringVar(&cfg.ID, "id", cfg.ID, "agent id (default: hostname)")
+	f.StringVar(&cfg.ID, "id", cfg.ID, "agent id (default: <hostname>-<8 hex digits of the --dir path>: distinct per agent on a host, the same across restarts)")
 	f.StringVar(&cfg.Region, "region", cfg.Region, "region")
 	f.StringVar(&cfg.Pool, "pool", cfg.Pool, "pool: stateful or ephemeral (POOL-1)")
 	f.BoolVar(&cfg.Preemptible, "preemptible", cfg.Preemptible, "host may be preempted (must be ephemeral)")
 	f.StringVar(&cfg.Admission, "admission", cfg.Admission, "memory admission: committed, working-set or none (ADM-1)")
 	f.Int64Var(&cfg.MemoryMiB, "memory-mb", cfg.MemoryMiB, "memory budget, MiB (0 = MemTotal)")
-	f.Int64Var(&cfg.HeadroomMiB, "headroom-mb", cfg.HeadroomMiB, "memory kept back, MiB")
+	f.Int64Var(&cfg.HeadroomMiB, "headroom-mb", cfg.HeadroomMiB, "memory kept back from the budget, MiB (must be below the budget: the agent refuses to start otherwise)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat period (AGT-1)")
 	f.IntVar(&cfg.MaxStarts, "max-starts", cfg.MaxStarts, "concurrent starts (ADM-10)")
-	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "internal API address")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "internal API address to listen on, HOST:PORT (0.0.0.0:PORT: every interface)")
+	f.StringVar(&cfg.Advertise, "advertise", "", "HOST[:PORT] the servers dial to reach this agent (default: the --listen address; the port defaults to the listener's). Refused when loopback while --server is another machine")
 	f.StringVar(&dir, "dir", dir, "directory for sandbox files")
 	cfg.VolumeDir = filepath.Join(defaultDataDir(), "volumes")
 	f.StringVar(&cfg.VolumeDir, "volume-dir", cfg.VolumeDir, "directory for durable volumes (POOL-4: not under --dir or any cache)")

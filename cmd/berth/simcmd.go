@@ -36,7 +36,7 @@ func defaultSimFlags() simFlags {
 				LinkMiBps: 100, CanSnapshot: true}},
 		idle: sim.IdleModel{Creates: 1000, MemoryMiB: 4 << 10, TouchMiB: 300, LifetimeSigma: 1,
 			SpikeFrac: 0.8, SpikeFor: 2 * time.Minute, GrowthOver: 10 * time.Minute, ReconstructibleFrac: 0.5},
-		workload: "idle", traceDir: filepath.Join("..", "shared", "data"), traceStep: 5 * time.Minute,
+		workload: "idle", traceStep: 5 * time.Minute,
 		policies: "committed,working-set,none", burst: true, retry: true, retryAfter: true,
 	}
 }
@@ -56,7 +56,9 @@ placement functions the server and agents run (ADM-6). Same --seed, same output.
 
 Workloads: idle (Poisson arrivals at --rate, lognormal lifetimes, guests touching --touch-mb and
 growing by --growth-frac, a --spike-prob share spiking to --spike-frac of their size) or
-alibaba (the pod list and memory-utilisation series in --trace-dir).
+alibaba (the Alibaba openb pod list, each pod's resident memory following one of the measured
+GenAI memory-utilisation series; a compact copy is built into this binary, --trace-dir reads the
+original CSVs instead).
 
 Policies (--policies, comma-separated): an admission mode (committed, working-set, none) with
 options :spread|:pack (placement), :shared|:per-replica (ledger), :gate|:nogate (pressure gate
@@ -97,7 +99,8 @@ ledger burst (--burst), CSV (--csv) and PNG plots of density and refusals (--plo
 	f.DurationVar(&w.SpikeFor, "spike-for", w.SpikeFor, "idle workload: how long a spike lasts")
 	f.Float64Var(&w.StatefulFrac, "stateful-frac", w.StatefulFrac, "idle workload: share of stateful guests (charged in full, never evicted)")
 	f.Float64Var(&w.ReconstructibleFrac, "reconstructible-frac", w.ReconstructibleFrac, "share of guests an evacuation recreates from their template")
-	f.StringVar(&o.traceDir, "trace-dir", o.traceDir, "alibaba workload: directory of the Alibaba CSVs")
+	f.StringVar(&o.traceDir, "trace-dir", o.traceDir, "alibaba workload: read the original CSVs "+alibabaPodList+" and "+alibabaUtil+
+		" from this directory (Alibaba Cluster Trace Program, github.com/alibaba/clusterdata) instead of the copy built into this binary")
 	f.DurationVar(&o.traceStep, "trace-step", o.traceStep, "alibaba workload: one utilisation sample per this much time")
 	f.DurationVar(&s.Heartbeat, "heartbeat", s.Heartbeat, "agent heartbeat period (AGT-1)")
 	f.DurationVar(&s.RefreshEvery, "refresh", s.RefreshEvery, "replica cache refresh period (PLC-5 allows up to 30s)")
@@ -146,13 +149,9 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 		}
 		newWorkload = func() sim.Workload { return sim.NewIdle(m) }
 	case "alibaba":
-		pods, _, err := sim.LoadPods(filepath.Join(o.traceDir, "alibaba-2023-openb-pod-list.csv"))
+		pods, util, err := loadAlibaba(o.traceDir)
 		if err != nil {
-			return berth.Errorf(berth.EInvalidRequest, "pod list: %v", err)
-		}
-		util, err := sim.LoadUtil(filepath.Join(o.traceDir, "alibaba-2026-genai-pod-memory-util.csv.gz"))
-		if err != nil {
-			return berth.Errorf(berth.EInvalidRequest, "utilisation series: %v", err)
+			return err
 		}
 		tw := sim.TraceWorkload{Pods: pods, Util: util, Step: o.traceStep, ReconstructibleFrac: o.idle.ReconstructibleFrac, Seed: s.Seed}
 		newWorkload = func() sim.Workload { return sim.NewTrace(tw) }
@@ -205,4 +204,30 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 		}
 	}
 	return nil
+}
+
+// The original Alibaba CSVs --trace-dir reads (docs/PERFORMANCE.md; sim/traces/README.md).
+const (
+	alibabaPodList = "alibaba-2023-openb-pod-list.csv"
+	alibabaUtil    = "alibaba-2026-genai-pod-memory-util.csv.gz"
+)
+
+// loadAlibaba returns the Alibaba workload: the copy built into the binary when dir is "",
+// else the original CSVs in dir. A missing or unreadable file is an invalid_request naming
+// it and the way out.
+func loadAlibaba(dir string) ([]sim.Pod, [][]float64, error) {
+	if dir == "" {
+		return sim.Alibaba()
+	}
+	hint := " (--trace-dir wants the directory holding " + alibabaPodList + " and " + alibabaUtil +
+		" from github.com/alibaba/clusterdata; leave it out to use the copy built into berth)"
+	pods, _, err := sim.LoadPods(filepath.Join(dir, alibabaPodList))
+	if err != nil {
+		return nil, nil, berth.Errorf(berth.EInvalidRequest, "pod list: %v%s", err, hint)
+	}
+	util, err := sim.LoadUtil(filepath.Join(dir, alibabaUtil))
+	if err != nil {
+		return nil, nil, berth.Errorf(berth.EInvalidRequest, "utilisation series: %v%s", err, hint)
+	}
+	return pods, util, nil
 }

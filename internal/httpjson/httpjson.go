@@ -37,6 +37,8 @@ func StatusFor(code string) int {
 		return http.StatusNotImplemented
 	case berth.ETooLarge:
 		return http.StatusRequestEntityTooLarge
+	case berth.EIdempotencyMismatch:
+		return http.StatusUnprocessableEntity
 	}
 	return http.StatusInternalServerError
 }

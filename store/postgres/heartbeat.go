@@ -14,6 +14,9 @@ import (
 
 // ApplyHeartbeat records hb as received at now, in one transaction (AGT-1, LED-4, LIF-3):
 //
+//   - it applies nothing but hb.Ended when hb is overtaken: a heartbeat of the same boot with
+//     a Seq at or above hb.Seq was applied already (C32: the order is the agent's sequence
+//     number, never its clock; hb.HeartbeatAt is stored for operators and decides nothing);
 //   - it upserts the agent with every heartbeat field and last_seen = now. The stored status
 //     is draining while an operator drain is in force, else hb.Status ("" means active);
 //   - it writes the agent events: "" → status on first sight (reason "registered"), old →
@@ -62,13 +65,13 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 		}
 		known := !inserted
 		var oldStatus, oldBoot, drain string
-		var oldAt *int64
+		var oldSeq int64
 		var oldHeld []byte
-		if err := tx.QueryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_at, sandboxes FROM agents WHERE id = $1 FOR UPDATE`,
-			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain, &oldAt, &oldHeld); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_seq, sandboxes FROM agents WHERE id = $1 FOR UPDATE`,
+			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain, &oldSeq, &oldHeld); err != nil {
 			return fmt.Errorf("postgres: heartbeat of %q: %w", hb.AgentID, err)
 		}
-		if known && oldBoot == hb.BootID && oldAt != nil && !hb.HeartbeatAt.IsZero() && ms(hb.HeartbeatAt) < *oldAt {
+		if known && hb.Overtaken(oldBoot, oldSeq) {
 			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
 			// POST was slow). Its figures are out of date; only its ended list is news.
 			return applyEnded(ctx, tx, hb, actor, now)
@@ -88,13 +91,14 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 				memory_mb_used = $12, memory_mb_committed = $13, memory_admission = $14,
 				memory_mb_admittable = $15, intake_open = $16, memory_pressure = $17, starts_in_flight = $18,
 				natid_free = $19, stream_restore_enabled = $20, sandboxes = $21, ended = $22, version = $23,
-				boot_id = $24, measurement_errors = $25, last_seen = $26, runtime = $27, checkpoint = $28
+				boot_id = $24, measurement_errors = $25, last_seen = $26, runtime = $27, checkpoint = $28,
+				heartbeat_seq = $29
 			WHERE id = $1`,
 			hb.AgentID, hb.Address, hb.Region, hb.Pool, hb.Preemptible, nullMS(hb.HeartbeatAt),
 			string(status), string(reported), hb.CPUTotal, hb.CPUUsed, hb.MemoryMiBTotal, hb.MemoryMiBUsed,
 			hb.MemoryMiBCommitted, hb.MemoryAdmission, hb.MemoryMiBAdmittable, hb.IntakeOpen,
 			hb.MemoryPressure, hb.StartsInFlight, hb.NatIDFree, hb.StreamRestoreEnabled, held, ended,
-			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint)
+			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint, hb.Seq)
 		if err != nil {
 			return fmt.Errorf("postgres: heartbeat of %q: %w", hb.AgentID, err)
 		}

@@ -122,6 +122,40 @@ func (s *Store) Release(ctx context.Context, id string) (bool, error) {
 	return gone, err
 }
 
+// Renew implements the C31 half of LED-2: it moves reservation id's expires_at to expiresAt
+// if the reservation is still held and unexpired at now, never earlier than it was (no
+// event: a renewal is no state change). It reports whether the reservation is still held.
+//
+// It takes the agent's row lock first, as Reserve does: a renewal racing a Reserve on the
+// same agent runs before or after it, never between its sum and its insert, so a reservation
+// that Reserve saw expired cannot come back to count next to the one Reserve then took.
+func (s *Store) Renew(ctx context.Context, id string, expiresAt, now time.Time) (bool, error) {
+	var held bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		held = false
+		var agent string
+		err := tx.QueryRow(ctx, `SELECT agent_id FROM reservations WHERE id = $1`, id).Scan(&agent)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: renew %q: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM agents WHERE id = $1 FOR UPDATE`, agent); err != nil {
+			return fmt.Errorf("postgres: renew %q: %w", id, err)
+		}
+		tag, err := tx.Exec(ctx,
+			`UPDATE reservations SET expires_at = GREATEST(expires_at, $1) WHERE id = $2 AND expires_at > $3`,
+			ms(expiresAt), id, ms(now))
+		if err != nil {
+			return fmt.Errorf("postgres: renew %q: %w", id, err)
+		}
+		held = tag.RowsAffected() == 1
+		return nil
+	})
+	return held, err
+}
+
 // Pending returns Σ MiB of reservations unexpired at now, per agent id; agents without any
 // are absent.
 func (s *Store) Pending(ctx context.Context, now time.Time) (map[string]int64, error) {

@@ -17,7 +17,7 @@ import (
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus, stateful,
-	created_at, expires_at, metadata, reason, idempotency_key, volume, paused_at, image`
+	created_at, expires_at, metadata, reason, idempotency_key, volume, paused_at, image, request_hash`
 
 // CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
 // when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
@@ -78,12 +78,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 		for range 3 {
 			var inserted bool
 			err := tx.QueryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 				RETURNING TRUE`,
 				sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
 				ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
-				sb.Image).Scan(&inserted)
+				sb.Image, sb.RequestHash).Scan(&inserted)
 			if err == nil {
 				return insertEvent(ctx, tx, berth.Event{
 					At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
@@ -175,8 +175,9 @@ func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.S
 // when from is empty. A sandbox already in state to is not moved (no event). It reports
 // whether the transition happened; an unknown id is an error wrapping berth.ErrNotFound.
 // Entering a terminal state also releases the sandbox's reservations (events held → released)
-// and entering failed frees its Idempotency-Key (API-4). The sandbox row is locked while its
-// state is judged, so concurrent transitions of one sandbox apply one at a time.
+// and a create that fails before it ran frees its Idempotency-Key (API-4). The sandbox row
+// is locked while its state is judged, so concurrent transitions of one sandbox apply one at
+// a time.
 func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
 	if !to.Valid() {
 		return false, fmt.Errorf("postgres: transition sandbox %q: unknown state %q", id, to)
@@ -234,7 +235,7 @@ func transitionTx(ctx context.Context, tx pgx.Tx, id string, from []berth.Sandbo
 		return false, nil
 	}
 	set := `state = $2, reason = $3, idempotency_key = CASE WHEN $4 THEN NULL ELSE idempotency_key END`
-	args := []any{id, string(to), reason, to == berth.SandboxFailed}
+	args := []any{id, string(to), reason, state.FreesIdempotencyKey(to)}
 	if place != nil {
 		set += `, agent_id = $5, expires_at = $6, paused_at = $7, image = $8`
 		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
@@ -264,7 +265,7 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 	var meta []byte
 	var key *string
 	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &sb.Stateful,
-		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image)
+		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image, &sb.RequestHash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sb, err
 	}

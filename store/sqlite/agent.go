@@ -16,7 +16,7 @@ const agentColumns = `id, address, region, pool, preemptible, heartbeat_at, stat
 	memory_mb_total, memory_mb_used, memory_mb_committed, memory_admission, memory_mb_admittable,
 	intake_open, memory_pressure, starts_in_flight, natid_free, stream_restore_enabled, sandboxes, ended,
 	version, boot_id, measurement_errors, last_seen, drain_reason, create_failures, quarantined_until,
-	runtime, checkpoint`
+	runtime, checkpoint, heartbeat_seq`
 
 // DefaultDrainReason is the drain reason stored when an operator drains without giving one.
 const DefaultDrainReason = "operator drain"
@@ -111,7 +111,7 @@ func scanAgent(r scanner) (berth.Agent, error) {
 		&a.CPUUsed, &a.MemoryMiBTotal, &a.MemoryMiBUsed, &a.MemoryMiBCommitted, &a.MemoryAdmission,
 		&a.MemoryMiBAdmittable, &intake, &a.MemoryPressure, &a.StartsInFlight, &a.NatIDFree, &stream, &held,
 		&ended, &a.Version, &a.BootID, &a.MeasurementErrors, &lastSeen, &a.DrainReason, &a.CreateFailures, &qUntil,
-		&a.Runtime, &checkpoint)
+		&a.Runtime, &checkpoint, &a.Seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, err
 	}

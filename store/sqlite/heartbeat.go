@@ -13,6 +13,9 @@ import (
 
 // ApplyHeartbeat records hb as received at now, in one transaction (AGT-1, LED-4, LIF-3):
 //
+//   - it applies nothing but hb.Ended when hb is overtaken: a heartbeat of the same boot with
+//     a Seq at or above hb.Seq was applied already (C32: the order is the agent's sequence
+//     number, never its clock; hb.HeartbeatAt is stored for operators and decides nothing);
 //   - it upserts the agent with every heartbeat field and last_seen = now. The stored status
 //     is draining while an operator drain is in force, else hb.Status ("" means active);
 //   - it writes the agent events: "" → status on first sight (reason "registered"), old →
@@ -50,15 +53,15 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 	var changed bool // registered or status changed: tell the watchers after commit
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var oldStatus, oldBoot, drain string
-		var oldAt sql.NullInt64
+		var oldSeq int64
 		var oldHeld sql.NullString
-		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason, heartbeat_at, sandboxes FROM agents WHERE id = ?`, hb.AgentID).
-			Scan(&oldStatus, &oldBoot, &drain, &oldAt, &oldHeld)
+		err := tx.QueryRowContext(ctx, `SELECT status, boot_id, drain_reason, heartbeat_seq, sandboxes FROM agents WHERE id = ?`, hb.AgentID).
+			Scan(&oldStatus, &oldBoot, &drain, &oldSeq, &oldHeld)
 		known := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlite: heartbeat of %q: %w", hb.AgentID, err)
 		}
-		if known && oldBoot == hb.BootID && oldAt.Valid && !hb.HeartbeatAt.IsZero() && ms(hb.HeartbeatAt) < oldAt.Int64 {
+		if known && hb.Overtaken(oldBoot, oldSeq) {
 			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
 			// POST was slow). Its figures are out of date; only its ended list is news.
 			return applyEnded(ctx, tx, hb, actor, now)
@@ -77,8 +80,8 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 				cpu_total, cpu_used, memory_mb_total, memory_mb_used, memory_mb_committed, memory_admission,
 				memory_mb_admittable, intake_open, memory_pressure, starts_in_flight, natid_free,
 				stream_restore_enabled, sandboxes, ended, version, boot_id, measurement_errors, last_seen,
-				runtime, checkpoint)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				runtime, checkpoint, heartbeat_seq)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET
 				address = excluded.address, region = excluded.region, pool = excluded.pool,
 				preemptible = excluded.preemptible, heartbeat_at = excluded.heartbeat_at,
@@ -91,12 +94,13 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 				natid_free = excluded.natid_free, stream_restore_enabled = excluded.stream_restore_enabled,
 				sandboxes = excluded.sandboxes, ended = excluded.ended, version = excluded.version,
 				boot_id = excluded.boot_id, measurement_errors = excluded.measurement_errors,
-				last_seen = excluded.last_seen, runtime = excluded.runtime, checkpoint = excluded.checkpoint`,
+				last_seen = excluded.last_seen, runtime = excluded.runtime, checkpoint = excluded.checkpoint,
+				heartbeat_seq = excluded.heartbeat_seq`,
 			hb.AgentID, hb.Address, hb.Region, hb.Pool, b2i(hb.Preemptible), nullMS(hb.HeartbeatAt),
 			string(status), string(reported), hb.CPUTotal, hb.CPUUsed, hb.MemoryMiBTotal, hb.MemoryMiBUsed,
 			hb.MemoryMiBCommitted, hb.MemoryAdmission, hb.MemoryMiBAdmittable, b2i(hb.IntakeOpen),
 			hb.MemoryPressure, hb.StartsInFlight, hb.NatIDFree, b2i(hb.StreamRestoreEnabled), held, ended,
-			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, b2i(hb.Checkpoint))
+			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, b2i(hb.Checkpoint), hb.Seq)
 		if err != nil {
 			return fmt.Errorf("sqlite: heartbeat of %q: %w", hb.AgentID, err)
 		}

@@ -92,6 +92,24 @@ func (s *Store) Release(ctx context.Context, id string) (bool, error) {
 	return gone, err
 }
 
+// Renew implements the C31 half of LED-2: it moves reservation id's expires_at to expiresAt
+// if the reservation is still held and unexpired at now, never earlier than it was, in one
+// UPDATE (no event: a renewal is no state change). It reports whether the reservation is
+// still held.
+func (s *Store) Renew(ctx context.Context, id string, expiresAt, now time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE reservations SET expires_at = MAX(expires_at, ?) WHERE id = ? AND expires_at > ?`,
+		ms(expiresAt), id, ms(now))
+	if err != nil {
+		return false, fmt.Errorf("sqlite: renew %q: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlite: renew %q: %w", id, err)
+	}
+	return n == 1, nil
+}
+
 // Pending returns Σ MiB of reservations unexpired at now, per agent id; agents without any
 // are absent.
 func (s *Store) Pending(ctx context.Context, now time.Time) (map[string]int64, error) {

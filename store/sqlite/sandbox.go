@@ -15,7 +15,7 @@ import (
 
 // sandboxColumns is the column list every sandbox query selects, in scanSandbox's order.
 const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus, stateful,
-	created_at, expires_at, metadata, reason, idempotency_key, volume, paused_at, image`
+	created_at, expires_at, metadata, reason, idempotency_key, volume, paused_at, image, request_hash`
 
 // CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
 // when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
@@ -80,9 +80,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, b2i(sb.Stateful),
-			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt), sb.Image)
+			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt), sb.Image,
+			sb.RequestHash)
 		if err != nil {
 			return fmt.Errorf("sqlite: create sandbox %q: %w", sb.ID, err)
 		}
@@ -159,7 +160,7 @@ func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.S
 // when from is empty. A sandbox already in state to is not moved (no event). It reports
 // whether the transition happened; an unknown id is an error wrapping berth.ErrNotFound.
 // Entering a terminal state also releases the sandbox's reservations (events held → released)
-// and entering failed frees its Idempotency-Key (API-4).
+// and a create that fails before it ran frees its Idempotency-Key (API-4).
 func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
 	if !to.Valid() {
 		return false, fmt.Errorf("sqlite: transition sandbox %q: unknown state %q", id, to)
@@ -219,7 +220,7 @@ func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.Sandb
 	// The state guard keeps the update conditional even where the read above is not locked
 	// (a PostgreSQL port under READ COMMITTED).
 	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? = 1 THEN NULL ELSE idempotency_key END`
-	args := []any{string(to), reason, b2i(to == berth.SandboxFailed)}
+	args := []any{string(to), reason, b2i(state.FreesIdempotencyKey(to))}
 	if place != nil {
 		set += `, agent_id = ?, expires_at = ?, paused_at = ?, image = ?`
 		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
@@ -256,7 +257,7 @@ func scanSandbox(r scanner) (berth.Sandbox, error) {
 	var expires, paused sql.NullInt64
 	var meta, key sql.NullString
 	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &stateful,
-		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image)
+		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image, &sb.RequestHash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sb, err
 	}

@@ -17,7 +17,7 @@ import (
 func fullHeartbeat() berth.Heartbeat {
 	return berth.Heartbeat{
 		AgentID: "a1", Address: "http://127.0.0.1:7071", Region: "eu-west", Pool: berth.PoolStateful,
-		Preemptible: true, HeartbeatAt: at(-2 * time.Second), Status: berth.AgentActive,
+		Preemptible: true, HeartbeatAt: at(-2 * time.Second), Seq: 7, Status: berth.AgentActive,
 		CPUTotal: 16, CPUUsed: 3.25, MemoryMiBTotal: 65536, MemoryMiBUsed: 12000, MemoryMiBCommitted: 30000,
 		MemoryAdmission: berth.AdmissionWorkingSet, MemoryMiBAdmittable: 40000, IntakeOpen: true,
 		MemoryPressure: 0.125, StartsInFlight: 3, NatIDFree: 250, StreamRestoreEnabled: true,
@@ -313,13 +313,15 @@ func testHeartbeatPromotesStarting(t *testing.T, s berth.Store) {
 }
 
 // testOvertakenHeartbeat: a heartbeat that arrives after a newer one of the same boot (its
-// POST was slow) does not roll the agent's figures back; its ended list still applies.
+// POST was slow) does not roll the agent's figures back; its ended list still applies. Newer
+// means a higher Seq, whatever the agent's clock said (C32): here the overtaken one carries
+// the later timestamp.
 func testOvertakenHeartbeat(t *testing.T, s berth.Store) {
 	ctx := t.Context()
 	newer := heartbeat("a1", 2048)
-	newer.BootID, newer.HeartbeatAt = "b1", at(2*time.Second)
+	newer.BootID, newer.Seq, newer.HeartbeatAt = "b1", 2, at(-24*time.Hour)
 	older := heartbeat("a1", 512)
-	older.BootID, older.HeartbeatAt = "b1", at(time.Second)
+	older.BootID, older.Seq, older.HeartbeatAt = "b1", 1, at(24*time.Hour)
 	older.Sandboxes = []berth.HeldSandbox{{ID: "old"}}
 	mustCreate(t, s, sandbox("old", "acme", "a1", berth.SandboxRunning), T0)
 	older.Ended = []berth.EndedSandbox{{ID: "old", State: berth.SandboxStopped, Reason: "ttl", At: at(time.Second)}}
@@ -332,11 +334,36 @@ func testOvertakenHeartbeat(t *testing.T, s berth.Store) {
 	if sb, err := s.Sandbox(ctx, "old"); err != nil || sb.State != berth.SandboxStopped {
 		t.Fatalf("the overtaken heartbeat's ended list: %v, %v; want stopped", sb.State, err)
 	}
+	if a, err := s.Agent(ctx, "a1"); err != nil || !a.LastSeen.Equal(at(3*time.Second)) || a.Seq != 2 {
+		t.Fatalf("after an overtaken heartbeat: last seen %v, seq %d, %v; want the newer one's (T0+3s, 2)", a.LastSeen, a.Seq, err)
+	}
 	restarted := heartbeat("a1", 1024)
-	restarted.BootID, restarted.HeartbeatAt = "b2", at(time.Second) // a new boot may have any clock
+	restarted.BootID, restarted.Seq, restarted.HeartbeatAt = "b2", 1, at(time.Second) // a new boot starts over
 	mustHeartbeat(t, s, restarted, at(5*time.Second))
 	if a, err := s.Agent(ctx, "a1"); err != nil || a.MemoryMiBAdmittable != 1024 {
 		t.Fatalf("a new boot's heartbeat was ignored: %d, %v", a.MemoryMiBAdmittable, err)
+	}
+	// The clock jumps back and forth between heartbeats: every newer Seq is applied, and
+	// the store's last_seen is the receive time, never the agent's stamp.
+	for i, skew := range []time.Duration{-24 * time.Hour, 24 * time.Hour, -time.Hour, -48 * time.Hour} {
+		hb := heartbeat("a1", int64(100*(i+1)))
+		hb.BootID, hb.Seq, hb.HeartbeatAt = "b2", int64(i+2), at(skew)
+		now := at(time.Duration(6+i) * time.Second)
+		mustHeartbeat(t, s, hb, now)
+		a, err := s.Agent(ctx, "a1")
+		if err != nil || a.MemoryMiBAdmittable != hb.MemoryMiBAdmittable || !a.LastSeen.Equal(now) {
+			t.Fatalf("heartbeat seq %d stamped %v: admittable %d, last seen %v, %v; want %d, %v",
+				hb.Seq, skew, a.MemoryMiBAdmittable, a.LastSeen, err, hb.MemoryMiBAdmittable, now)
+		}
+	}
+	// An agent that does not number its heartbeats (Seq 0) is applied in arrival order.
+	for i, skew := range []time.Duration{time.Hour, -time.Hour} {
+		hb := heartbeat("a3", int64(1000+i))
+		hb.BootID, hb.HeartbeatAt = "b1", at(skew)
+		mustHeartbeat(t, s, hb, at(time.Duration(10+i)*time.Second))
+		if a, err := s.Agent(ctx, "a3"); err != nil || a.MemoryMiBAdmittable != hb.MemoryMiBAdmittable {
+			t.Fatalf("unnumbered heartbeat %d: admittable %d, %v; want %d", i, a.MemoryMiBAdmittable, err, hb.MemoryMiBAdmittable)
+		}
 	}
 }
 

@@ -263,3 +263,72 @@ func testConcurrentWriters(t *testing.T, s berth.Store) {
 		t.Errorf("%d agent events, want 1 (registered)", got)
 	}
 }
+
+// testRenew pins C31's half of LED-2: a renewed reservation keeps counting against its agent
+// past its first expiry, so no other create takes its room while its create is in flight; a
+// renewal never shortens, never revives what went (released, netted, swept) or had already
+// expired, and writes no event.
+func testRenew(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 512), T0)
+	r := reservation("r1", "a1", "sb-1", 512, T0)
+	r.ExpiresAt = at(3 * time.Second)
+	mustReserve(t, s, r, T0)
+	renew := func(id string, to, now time.Time) bool {
+		t.Helper()
+		ok, err := s.Renew(ctx, id, to, now)
+		if err != nil {
+			t.Fatalf("Renew(%s): %v", id, err)
+		}
+		return ok
+	}
+	if !renew("r1", at(5*time.Second), at(2*time.Second)) {
+		t.Fatal("Renew of a held, unexpired reservation = false, want true")
+	}
+	if !renew("r1", at(4*time.Second), at(2*time.Second)) {
+		t.Fatal("Renew to an earlier expiry = false, want true (still held)")
+	}
+	if got := reservations(t, s); len(got) != 1 || !got[0].ExpiresAt.Equal(at(5*time.Second)) {
+		t.Fatalf("after renewals: %+v, want r1 expiring at T0+5s (never shortened)", got)
+	}
+	// At T0+4s, past its first expiry: it still counts, so the room is not taken twice.
+	if took, err := s.Reserve(ctx, reservation("r2", "a1", "sb-2", 512, at(4*time.Second)), at(4*time.Second)); err != nil || took {
+		t.Fatalf("Reserve against a renewed reservation = %v, %v; want false, nil", took, err)
+	}
+	if n, err := s.SweepReservations(ctx, at(4*time.Second)); err != nil || n != 0 {
+		t.Fatalf("SweepReservations at T0+4s = %d, %v; want 0 (renewed to T0+5s)", n, err)
+	}
+	if p, err := s.Pending(ctx, at(4*time.Second)); err != nil || p["a1"] != 512 {
+		t.Fatalf("Pending at T0+4s = %v, %v; want a1: 512", p, err)
+	}
+	// Expired at now: not revived (its room may be someone else's by now).
+	if renew("r1", at(time.Minute), at(5*time.Second)) {
+		t.Fatal("Renew of a reservation expired at now = true, want false")
+	}
+	if _, err := s.Release(ctx, "r1"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if renew("r1", at(time.Minute), T0) || renew("never", at(time.Minute), T0) {
+		t.Fatal("Renew of a released or unknown reservation = true, want false")
+	}
+	if len(reservations(t, s)) != 0 {
+		t.Fatal("Renew revived a released reservation")
+	}
+	var steps []string
+	for _, e := range events(t, s, berth.EventFilter{Entity: "reservation/r1"}) {
+		steps = append(steps, e.From+"→"+e.To)
+	}
+	if diff := cmp.Diff([]string{"→held", "held→released"}, steps); diff != "" {
+		t.Errorf("reservation/r1 events (-want +got):\n%s", diff)
+	}
+}
+
+// reservations lists the ledger or fails the test.
+func reservations(t *testing.T, s berth.Store) []berth.Reservation {
+	t.Helper()
+	rs, err := s.Reservations(t.Context())
+	if err != nil {
+		t.Fatalf("Reservations: %v", err)
+	}
+	return rs
+}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func testCreateSandboxRoundTrip(t *testing.T, s berth.Store) {
 		ID: "sb-1", Template: "python", Tenant: "acme", AgentID: "a1", State: berth.SandboxStarting,
 		MemoryMiB: 1536, VCPUs: 2, Stateful: true, CreatedAt: at(-time.Second), ExpiresAt: at(time.Hour),
 		Metadata: map[string]string{"job": "ci-42", "owner": "ana"}, Reason: "placed", IdempotencyKey: "key-1",
-		Volume: "data", PausedAt: at(-time.Minute), Image: "img-sb-1",
+		Volume: "data", PausedAt: at(-time.Minute), Image: "img-sb-1", RequestHash: "3f2a",
 	}
 	v := reflect.ValueOf(full)
 	for i := range v.NumField() {
@@ -125,6 +126,7 @@ func testIdempotencyConflict(t *testing.T, s berth.Store) {
 	withKey := func(id, tenant, key string) berth.Sandbox {
 		sb := sandbox(id, tenant, "a1", berth.SandboxStarting)
 		sb.IdempotencyKey = key
+		sb.RequestHash = "hash-of-" + id // C26: the key binds to the request that made it
 		return sb
 	}
 	mustCreate(t, s, withKey("sb-1", "acme", "k1"), T0)
@@ -142,8 +144,8 @@ func testIdempotencyConflict(t *testing.T, s berth.Store) {
 		{"beta", "k1", "sb-3"},
 	} {
 		got, err := s.SandboxByIdempotencyKey(ctx, tc.tenant, tc.key)
-		if err != nil || got.ID != tc.want {
-			t.Errorf("SandboxByIdempotencyKey(%s, %s) = %q, %v; want %q", tc.tenant, tc.key, got.ID, err, tc.want)
+		if err != nil || got.ID != tc.want || got.RequestHash != "hash-of-"+tc.want {
+			t.Errorf("SandboxByIdempotencyKey(%s, %s) = %q (request hash %q), %v; want %q", tc.tenant, tc.key, got.ID, got.RequestHash, err, tc.want)
 		}
 	}
 	_, err = s.SandboxByIdempotencyKey(ctx, "acme", "k2")
@@ -179,6 +181,29 @@ func testFailedFreesIdempotencyKey(t *testing.T, s berth.Store) {
 	}
 	if failed.State != berth.SandboxFailed || failed.Reason != "agent refused" {
 		t.Errorf("sb-1 = %s (%q), want failed (agent refused)", failed.State, failed.Reason)
+	}
+}
+
+// testRanThenFailedKeepsIdempotencyKey (C26): a sandbox that ran and then failed keeps its
+// Idempotency-Key — a replay answers it, and another create with the key is a conflict — so
+// a key is never bound to two different sandboxes that both ran.
+func testRanThenFailedKeepsIdempotencyKey(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	for i, from := range []berth.SandboxState{berth.SandboxRunning, berth.SandboxPaused, berth.SandboxStopping} {
+		id, key := fmt.Sprintf("sb-%d", i), fmt.Sprintf("k%d", i)
+		sb := sandbox(id, "acme", "a1", from)
+		sb.IdempotencyKey = key
+		mustCreate(t, s, sb, T0)
+		mustTransition(t, s, id, berth.SandboxFailed, "init died", at(time.Second))
+		got, err := s.SandboxByIdempotencyKey(ctx, "acme", key)
+		if err != nil || got.ID != id {
+			t.Errorf("%s → failed: SandboxByIdempotencyKey(%s) = %q, %v; want %s (the key stays bound)", from, key, got.ID, err, id)
+		}
+		again := sandbox(id+"-again", "acme", "a1", berth.SandboxStarting)
+		again.IdempotencyKey = key
+		if err := s.CreateSandbox(ctx, again, "test", at(2*time.Second)); !errors.Is(err, berth.ErrIdempotencyConflict) {
+			t.Errorf("%s → failed: another create with key %s: err = %v, want ErrIdempotencyConflict", from, key, err)
+		}
 	}
 }
 

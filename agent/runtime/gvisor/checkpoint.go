@@ -42,7 +42,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, dir string) error {
 			sb.frozen = false
 			sb.mu.Unlock()
 		}
-		return fmt.Errorf("gvisor: checkpoint %s: %v: %s", id, err, tail(out, 600))
+		return fmt.Errorf("gvisor: checkpoint %s: %v: %s", id, err, brief(out, 600))
 	}
 	if err := os.WriteFile(filepath.Join(dir, tagFile), []byte(r.tag), 0o644); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)

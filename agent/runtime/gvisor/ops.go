@@ -69,7 +69,7 @@ func (r *Runtime) relay(ctx context.Context, sb *sandbox) (net.Conn, error) {
 	}
 	err = cmd.Start()
 	if err == nil {
-		sb.relays[cmd] = struct{}{}
+		sb.relays[cmd] = nil
 	}
 	sb.mu.Unlock()
 	if err != nil {
@@ -89,20 +89,39 @@ func (r *Runtime) relay(ctx context.Context, sb *sandbox) (net.Conn, error) {
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("gvisor: relay conn: %w", err)
 	}
+	sb.mu.Lock()
+	if _, live := sb.relays[cmd]; live {
+		sb.relays[cmd] = c
+	}
+	sb.mu.Unlock()
 	return c, nil
 }
 
 // killRelays ends every relay in flight into sb and waits (bounded) until they are gone.
+// Each is first ended from our side — its connection closed, so the relay inside the
+// sandbox reads the end of its input and exits, and with it `runsc exec` — and only then
+// killed: killing `runsc exec` alone leaves the relay inside the sandbox holding our end of
+// the socket pair, a host file a checkpoint cannot save (an app connection kept alive by
+// the agent's proxy did exactly that).
 func (r *Runtime) killRelays(sb *sandbox) {
-	deadline := time.Now().Add(5 * time.Second)
+	sb.mu.Lock()
+	for _, c := range sb.relays {
+		if c != nil {
+			c.Close()
+		}
+	}
+	sb.mu.Unlock()
+	start := time.Now()
 	for {
 		sb.mu.Lock()
 		n := len(sb.relays)
-		for cmd := range sb.relays {
-			cmd.Process.Kill()
+		if time.Since(start) > 2*time.Second { // a relay that did not end by itself
+			for cmd := range sb.relays {
+				cmd.Process.Kill()
+			}
 		}
 		sb.mu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
+		if n == 0 || time.Since(start) > 7*time.Second {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -224,6 +243,23 @@ func (r *Runtime) probe() error {
 			r.platform, err, tail(out, 600))
 	}
 	return nil
+}
+
+// brief keeps about n bytes of a command's output for an error: its first line (where runsc
+// says what went wrong) and its end, one line each, without a panic's stack in between.
+func brief(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	first, last := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[len(lines)-1])
+	if len(first) > n/2 {
+		first = first[:n/2]
+	}
+	if len(last) > n/2 {
+		last = last[len(last)-n/2:]
+	}
+	if len(lines) == 1 {
+		return first
+	}
+	return first + " … " + last
 }
 
 func tail(b []byte, n int) string {

@@ -44,9 +44,9 @@ type sandbox struct {
 	stderr tailBuffer    // the end of runsc's (and the container's) stderr
 
 	mu       sync.Mutex
-	frozen   bool                   // a checkpoint is under way: no new calls
-	relays   map[*exec.Cmd]struct{} // relays in flight
-	oomKills int64                  // the latest reading of the cgroup's OOM kills
+	frozen   bool                    // a checkpoint is under way: no new calls
+	relays   map[*exec.Cmd]io.Closer // relays in flight → our end of each (nil until connected)
+	oomKills int64                   // the latest reading of the cgroup's OOM kills
 }
 
 func (sb *sandbox) hasExited() bool {
@@ -89,7 +89,7 @@ func (r *Runtime) admit(s Spec) (*sandbox, error) {
 	}
 	sb := &sandbox{
 		Life: driver.NewLife(), id: s.ID, spec: s, bundle: filepath.Join(r.dir, bundlesDir, s.ID),
-		exited: make(chan struct{}), relays: map[*exec.Cmd]struct{}{},
+		exited: make(chan struct{}), relays: map[*exec.Cmd]io.Closer{},
 	}
 	if err := r.sandboxes.Admit(s.ID, sb); err != nil {
 		return nil, err

@@ -93,7 +93,7 @@ func TestExec(t *testing.T) {
 			berth.ExecResult{ExitCode: 3, Stdout: "out\n", Stderr: "err\n"}},
 		{"killed by signal", berth.ExecRequest{Cmd: []string{"sh", "-c", "kill -9 $$"}}, berth.ExecResult{ExitCode: 137}},
 		{"not found", berth.ExecRequest{Cmd: []string{"no-such-command-berth"}},
-			berth.ExecResult{ExitCode: 127, Stderr: "berth: no-such-command-berth: command not found\n"}},
+			berth.ExecResult{ExitCode: 127, Stderr: "sandbox: no-such-command-berth: command not found\n"}},
 		{"absolute path", berth.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo $PATH"}},
 			berth.ExecResult{Stdout: sandboxPathMark}},
 	}

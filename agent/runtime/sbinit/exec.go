@@ -93,7 +93,7 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	}
 	argv0, err := lookPath(req.Cmd[0], s.cfg.Path, s.cfg.Cwd)
 	if err != nil {
-		return wireResponse{ExitCode: 127, Stderr: fmt.Sprintf("berth: %s: command not found\n", req.Cmd[0])}
+		return wireResponse{ExitCode: 127, Stderr: fmt.Sprintf("sandbox: %s: command not found\n", req.Cmd[0])}
 	}
 
 	stdin, feed, err := stdinFor(req.Stdin)
@@ -133,7 +133,7 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 		if errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		return wireResponse{ExitCode: code, Stderr: fmt.Sprintf("berth: %s: %v\n", req.Cmd[0], err)}
+		return wireResponse{ExitCode: code, Stderr: fmt.Sprintf("sandbox: %s: %v\n", req.Cmd[0], err)}
 	}
 	if feed != nil {
 		go func() { io.WriteString(feed, req.Stdin); feed.Close() }()
@@ -163,14 +163,14 @@ func (s *server) exec(ctx context.Context, req wireRequest) wireResponse {
 	resp.Stdout = string(stdout.finish())
 	errText := stderr.finish()
 	if stdout.dropped > 0 {
-		errText = fmt.Appendf(errText, "\nberth: stdout truncated to %d bytes (%d dropped)\n", MaxOutputBytes, stdout.dropped)
+		errText = fmt.Appendf(errText, "\nsandbox: stdout truncated to %d bytes (%d dropped)\n", MaxOutputBytes, stdout.dropped)
 	}
 	if stderr.dropped > 0 {
-		errText = fmt.Appendf(errText, "\nberth: stderr truncated to %d bytes (%d dropped)\n", MaxOutputBytes, stderr.dropped)
+		errText = fmt.Appendf(errText, "\nsandbox: stderr truncated to %d bytes (%d dropped)\n", MaxOutputBytes, stderr.dropped)
 	}
 	if timedOut {
 		resp.ExitCode = -1
-		errText = fmt.Appendf(errText, "\nberth: command timed out after %s and was killed\n", timeout)
+		errText = fmt.Appendf(errText, "\nsandbox: command timed out after %s and was killed\n", timeout)
 	}
 	resp.Stderr = string(errText)
 	return resp

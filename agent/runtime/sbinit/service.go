@@ -59,7 +59,7 @@ func (s *server) startService(req wireRequest) wireResponse {
 	run := &serviceRun{out: &tail{}}
 	argv0, err := lookPath(req.Cmd[0], s.cfg.Path, s.cfg.Cwd)
 	if err != nil {
-		fmt.Fprintf(run.out, "berth: %s: command not found\n", req.Cmd[0])
+		fmt.Fprintf(run.out, "sandbox: %s: command not found\n", req.Cmd[0])
 		run.exited, run.exitCode = true, 127
 		s.svc.cur = run
 		return wireResponse{}
@@ -88,7 +88,7 @@ func (s *server) startService(req wireRequest) wireResponse {
 		if errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		fmt.Fprintf(run.out, "berth: %s: %v\n", req.Cmd[0], err)
+		fmt.Fprintf(run.out, "sandbox: %s: %v\n", req.Cmd[0], err)
 		run.exited, run.exitCode = true, code
 		s.svc.cur = run
 		return wireResponse{}
