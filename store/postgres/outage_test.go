@@ -19,7 +19,7 @@ func eventually(f func() error) error {
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // real: PostgreSQL going down and coming back
 	}
 }
 

@@ -41,27 +41,7 @@ func TestConformance(t *testing.T) {
 // database is a no-op.
 func TestReopenKeepsData(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
-	now := storetest.T0
-	first, err := Open(t.Context(), url)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	sb := berth.Sandbox{ID: "sb-1", Template: "python", Tenant: "acme", State: berth.SandboxRunning, CreatedAt: now}
-	if err := first.CreateSandbox(t.Context(), sb, "test", now); err != nil {
-		t.Fatalf("CreateSandbox: %v", err)
-	}
-	first.Close()
-	for i := range 2 {
-		s := openURL(t, url)
-		got, err := s.Sandbox(t.Context(), "sb-1")
-		if err != nil || got.ID != "sb-1" || got.State != berth.SandboxRunning {
-			t.Errorf("reopen #%d: Sandbox = %+v, %v; want sb-1 running", i+1, got, err)
-		}
-		evs, err := s.Events(t.Context(), berth.EventFilter{})
-		if err != nil || len(evs) != 1 {
-			t.Errorf("reopen #%d: %d events (%v), want 1", i+1, len(evs), err)
-		}
-	}
+	storetest.ReopenKeepsData(t, func(t *testing.T) berth.Store { return openURL(t, url) })
 }
 
 // TestOpenConcurrentMigrations pins that replicas opening one empty database at once all

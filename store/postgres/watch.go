@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,15 +20,6 @@ const (
 	// server, so a connection that died without a word (a network partition) is replaced.
 	watchIdleCheck = 15 * time.Second
 )
-
-// notifyAgent queues the notification of agent id for the end of tx: PostgreSQL delivers it
-// to every listener when tx commits, and never if it rolls back.
-func notifyAgent(ctx context.Context, tx pgx.Tx, id string) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, AgentsChannel, id); err != nil {
-		return fmt.Errorf("postgres: notify agent %q: %w", id, err)
-	}
-	return nil
-}
 
 // WatchAgents implements berth.AgentWatcher (PLC-5) with LISTEN/NOTIFY: it calls fn with the
 // id of every agent whose drain state or status changed through any Store on this database

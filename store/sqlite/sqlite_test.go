@@ -3,9 +3,6 @@ package sqlite
 import (
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store/storetest"
@@ -42,31 +39,7 @@ func TestConformanceMemory(t *testing.T) {
 // database is a no-op.
 func TestReopenKeepsData(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "berth.db")
-	now := storetest.T0
-	first, err := Open(t.Context(), path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	sb := berth.Sandbox{ID: "sb-1", Template: "python", Tenant: "acme", State: berth.SandboxRunning, CreatedAt: now}
-	if err := first.CreateSandbox(t.Context(), sb, "test", now); err != nil {
-		t.Fatalf("CreateSandbox: %v", err)
-	}
-	if err := first.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	for i := range 2 {
-		s := openAt(t, path)
-		got, err := s.Sandbox(t.Context(), "sb-1")
-		if err != nil {
-			t.Fatalf("reopen #%d: Sandbox: %v", i+1, err)
-		}
-		if diff := cmp.Diff(sb, got); diff != "" {
-			t.Errorf("reopen #%d: Sandbox (-want +got):\n%s", i+1, diff)
-		}
-		if n := len(mustEvents(t, s)); n != 1 {
-			t.Errorf("reopen #%d: %d events, want 1", i+1, n)
-		}
-	}
+	storetest.ReopenKeepsData(t, func(t *testing.T) berth.Store { return openAt(t, path) })
 }
 
 // TestMemoryStoresArePrivate pins that two ":memory:" stores do not share a database.
@@ -96,33 +69,10 @@ func TestFileIsWAL(t *testing.T) {
 	}
 }
 
-// TestTerminalStatesMatchDomain keeps the SQL list of terminal states in step with
-// berth.SandboxState.Terminal.
-func TestTerminalStatesMatchDomain(t *testing.T) {
-	var want []any
-	for _, st := range berth.SandboxStates {
-		if st.Terminal() {
-			want = append(want, string(st))
-		}
-	}
-	if diff := cmp.Diff(want, terminalStates); diff != "" {
-		t.Errorf("terminalStates (-want +got):\n%s", diff)
-	}
-}
-
 // TestOpenRejectsQueryInPath pins that a '?' in a path cannot smuggle driver parameters.
 func TestOpenRejectsQueryInPath(t *testing.T) {
 	if s, err := Open(t.Context(), filepath.Join(t.TempDir(), "x.db?_txlock=deferred")); err == nil {
 		s.Close()
 		t.Errorf("Open accepted a path with '?'")
 	}
-}
-
-func mustEvents(t *testing.T, s *Store) []berth.Event {
-	t.Helper()
-	evs, err := s.Events(t.Context(), berth.EventFilter{Since: time.Time{}})
-	if err != nil {
-		t.Fatalf("Events: %v", err)
-	}
-	return evs
 }

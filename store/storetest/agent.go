@@ -20,7 +20,7 @@ func fullHeartbeat() berth.Heartbeat {
 		Preemptible: true, HeartbeatAt: at(-2 * time.Second), Seq: 7, Status: berth.AgentActive,
 		CPUTotal: 16, CPUUsed: 3.25, MemoryMiBTotal: 65536, MemoryMiBUsed: 12000, MemoryMiBCommitted: 30000,
 		MemoryAdmission: berth.AdmissionWorkingSet, MemoryMiBAdmittable: 40000, IntakeOpen: true,
-		MemoryPressure: 0.125, StartsInFlight: 3, NatIDFree: 250, StreamRestoreEnabled: true,
+		MemoryPressure: 0.125, StartsInFlight: 3,
 		Sandboxes: []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 300, Measured: true}, {ID: "sb-2"}},
 		Ended:     []berth.EndedSandbox{{ID: "sb-gone", State: berth.SandboxStopped, Reason: "ttl", At: at(-time.Second)}},
 		Version:   "v1.2.3", BootID: "boot-1", MeasurementErrors: 2, Runtime: "gvisor", Checkpoint: true,

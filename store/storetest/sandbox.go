@@ -394,3 +394,28 @@ func testEndedSandboxes(t *testing.T, s berth.Store) {
 		t.Fatalf("EndedSandboxes(nil) = %v, %v", got, err)
 	}
 }
+
+// testEndedSandboxesLongList: a held list longer than one query's worth of ids (an agent with
+// thousands of sandboxes, AGT-6) is answered in full, in the order asked: live ids at the
+// start, middle and end of it are kept, every other id is ended.
+func testEndedSandboxesLongList(t *testing.T, s berth.Store) {
+	live := map[string]bool{"id-0000": true, "id-0777": true, "id-1299": true}
+	for id := range live {
+		mustCreate(t, s, sandbox(id, "acme", "a1", berth.SandboxRunning), T0)
+	}
+	var ids, want []string
+	for i := range 1300 {
+		id := fmt.Sprintf("id-%04d", i)
+		ids = append(ids, id)
+		if !live[id] {
+			want = append(want, id)
+		}
+	}
+	got, err := s.EndedSandboxes(t.Context(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("EndedSandboxes of 1300 ids (-want +got):\n%s", diff)
+	}
+}

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"OvertakenHeartbeat", one(testOvertakenHeartbeat)},
 		{"CreateOutcomeQuarantine", one(testCreateOutcome)},
 		{"EndedSandboxes", one(testEndedSandboxes)},
+		{"EndedSandboxesLongList", one(testEndedSandboxesLongList)},
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"LogEvents", one(testLogEvents)},
 		{"PinVolume", one(testPinVolume)},

@@ -1,7 +1,7 @@
 // Package evlog lets a store hand the events a transaction wrote to a logger after the
 // commit, never before (LIF-3: every event is also logged as structured JSON; a rolled-back
-// transaction logs nothing). Both store backends use it; events are collected per
-// transaction, keyed by the transaction value itself.
+// transaction logs nothing). The shared SQL store (store/internal/sqlstore) uses it; events
+// are collected per transaction, keyed by the transaction value itself.
 package evlog
 
 import (

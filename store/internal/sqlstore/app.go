@@ -1,13 +1,12 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/berth-dev/berth"
 )
@@ -18,18 +17,18 @@ func (s *Store) CreateApp(ctx context.Context, a berth.App, actor string, now ti
 	a = a.InStore()
 	doc, err := json.Marshal(a)
 	if err != nil {
-		return a, fmt.Errorf("postgres: encode app %s: %w", a.Name, err)
+		return a, s.errorf("encode app %s: %w", a.Name, err)
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		res, err := tx.Exec(ctx, `INSERT INTO apps (name, tenant, state, revision, doc) VALUES ($1, $2, $3, $4, $5)
+	err = s.inTx(ctx, func(tx *Tx) error {
+		res, err := tx.exec(ctx, `INSERT INTO apps (name, tenant, state, revision, doc) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO NOTHING`, a.Name, a.Tenant, string(a.State), a.Revision, string(doc))
 		if err != nil {
-			return fmt.Errorf("postgres: create app %s: %w", a.Name, err)
+			return s.errorf("create app %s: %w", a.Name, err)
 		}
-		if n := res.RowsAffected(); n != 1 {
+		if n, _ := res.RowsAffected(); n != 1 {
 			return fmt.Errorf("app %s: %w", a.Name, berth.ErrAppExists)
 		}
-		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + a.Name, To: string(a.State),
+		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + a.Name, To: string(a.State),
 			Reason: fmt.Sprintf("created (version %d, desired %s)", a.Version, a.Desired), Actor: actor})
 	})
 	return a, err
@@ -37,19 +36,19 @@ func (s *Store) CreateApp(ctx context.Context, a berth.App, actor string, now ti
 
 // App implements berth.AppStore.
 func (s *Store) App(ctx context.Context, name string) (berth.App, error) {
-	return scanApp(s.pool.QueryRow(ctx, `SELECT doc, revision FROM apps WHERE name = $1`, name), name)
+	return s.scanApp(s.pool().queryRow(ctx, `SELECT doc, revision FROM apps WHERE name = ?`, name), name)
 }
 
 // Apps implements berth.AppStore.
 func (s *Store) Apps(ctx context.Context, tenant string) ([]berth.App, error) {
-	rows, err := s.pool.Query(ctx, `SELECT doc, revision FROM apps WHERE $1 = '' OR tenant = $2 ORDER BY name`, tenant, tenant)
+	rows, err := s.pool().query(ctx, `SELECT doc, revision FROM apps WHERE ? = '' OR tenant = ? ORDER BY name`, tenant, tenant)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list apps: %w", err)
+		return nil, s.errorf("list apps: %w", err)
 	}
 	defer rows.Close()
 	var out []berth.App
 	for rows.Next() {
-		a, err := scanApp(rows, "")
+		a, err := s.scanApp(rows, "")
 		if err != nil {
 			return nil, err
 		}
@@ -65,44 +64,44 @@ func (s *Store) UpdateApp(ctx context.Context, a berth.App, reason, actor string
 	a = a.InStore()
 	doc, err := json.Marshal(a)
 	if err != nil {
-		return a, fmt.Errorf("postgres: encode app %s: %w", a.Name, err)
+		return a, s.errorf("encode app %s: %w", a.Name, err)
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		old, err := guardRevision(ctx, tx, a.Name, read)
+	err = s.inTx(ctx, func(tx *Tx) error {
+		old, err := s.guardRevision(ctx, tx, a.Name, read)
 		if err != nil {
 			return err
 		}
-		res, err := tx.Exec(ctx, `UPDATE apps SET state = $1, revision = $2, doc = $3 WHERE name = $4 AND revision = $5`,
+		res, err := tx.exec(ctx, `UPDATE apps SET state = ?, revision = ?, doc = ? WHERE name = ? AND revision = ?`,
 			string(a.State), a.Revision, string(doc), a.Name, read)
 		if err != nil {
-			return fmt.Errorf("postgres: update app %s: %w", a.Name, err)
+			return s.errorf("update app %s: %w", a.Name, err)
 		}
-		if n := res.RowsAffected(); n != 1 {
+		if n, _ := res.RowsAffected(); n != 1 {
 			return fmt.Errorf("app %s: %w", a.Name, berth.ErrStaleRevision)
 		}
 		if old == string(a.State) {
 			return nil
 		}
-		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + a.Name, From: old, To: string(a.State), Reason: reason, Actor: actor})
+		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + a.Name, From: old, To: string(a.State), Reason: reason, Actor: actor})
 	})
 	return a, err
 }
 
 // DeleteApp implements berth.AppStore.
 func (s *Store) DeleteApp(ctx context.Context, name string, revision int64, actor string, now time.Time) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		old, err := guardRevision(ctx, tx, name, revision)
+	return s.inTx(ctx, func(tx *Tx) error {
+		old, err := s.guardRevision(ctx, tx, name, revision)
 		if err != nil {
 			return err
 		}
-		res, err := tx.Exec(ctx, `DELETE FROM apps WHERE name = $1 AND revision = $2`, name, revision)
+		res, err := tx.exec(ctx, `DELETE FROM apps WHERE name = ? AND revision = ?`, name, revision)
 		if err != nil {
-			return fmt.Errorf("postgres: delete app %s: %w", name, err)
+			return s.errorf("delete app %s: %w", name, err)
 		}
-		if n := res.RowsAffected(); n != 1 {
+		if n, _ := res.RowsAffected(); n != 1 {
 			return fmt.Errorf("app %s: %w", name, berth.ErrStaleRevision)
 		}
-		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + name, From: old, To: "deleted", Reason: "deleted by its owner", Actor: actor})
+		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + name, From: old, To: "deleted", Reason: "deleted by its owner", Actor: actor})
 	})
 }
 
@@ -110,33 +109,33 @@ func (s *Store) DeleteApp(ctx context.Context, name string, revision int64, acto
 // error wraps ErrStaleRevision, or ErrNotFound when the app is gone. The state read belongs
 // to that revision (a state change always bumps it), so the write guarded by the same
 // revision writes the right "from" into its event.
-func guardRevision(ctx context.Context, tx pgx.Tx, name string, read int64) (string, error) {
+func (s *Store) guardRevision(ctx context.Context, tx *Tx, name string, read int64) (string, error) {
 	var state string
 	var rev int64
-	err := tx.QueryRow(ctx, `SELECT state, revision FROM apps WHERE name = $1`, name).Scan(&state, &rev)
+	err := tx.queryRow(ctx, `SELECT state, revision FROM apps WHERE name = ?`, name).Scan(&state, &rev)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return "", fmt.Errorf("app %s: %w", name, berth.ErrNotFound)
 	case err != nil:
-		return "", fmt.Errorf("postgres: read app %s: %w", name, err)
+		return "", s.errorf("read app %s: %w", name, err)
 	case rev != read:
 		return "", fmt.Errorf("app %s (revision %d, read %d): %w", name, rev, read, berth.ErrStaleRevision)
 	}
 	return state, nil
 }
 
-func scanApp(r scanner, name string) (berth.App, error) {
+func (s *Store) scanApp(r scanner, name string) (berth.App, error) {
 	var a berth.App
 	var doc string
 	var rev int64
 	if err := r.Scan(&doc, &rev); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) {
 			return a, fmt.Errorf("app %s: %w", name, berth.ErrNotFound)
 		}
-		return a, fmt.Errorf("postgres: scan app: %w", err)
+		return a, s.errorf("scan app: %w", err)
 	}
 	if err := json.Unmarshal([]byte(doc), &a); err != nil {
-		return a, fmt.Errorf("postgres: decode app: %w", err)
+		return a, s.errorf("decode app: %w", err)
 	}
 	a.Revision = rev
 	return a, nil

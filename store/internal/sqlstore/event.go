@@ -1,8 +1,7 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/berth-dev/berth"
@@ -17,9 +16,9 @@ func (s *Store) Events(ctx context.Context, f berth.EventFilter) ([]berth.Event,
 	switch {
 	case strings.HasSuffix(f.Entity, "/"):
 		// A byte range instead of LIKE: LIKE is case-insensitive in SQLite and treats '_'
-		// and '%' as wildcards. Under binary collation "kind/" ≤ e < "kind0" is exactly the
-		// entities that start with "kind/" ('0' follows '/'). A PostgreSQL port needs
-		// COLLATE "C" on this comparison.
+		// and '%' as wildcards. Under bytewise collation (SQLite's BINARY, the entity
+		// column's COLLATE "C" in PostgreSQL) "kind/" ≤ e < "kind0" is exactly the entities
+		// that start with "kind/" ('0' follows '/').
 		upper := f.Entity[:len(f.Entity)-1] + "0"
 		where = append(where, "entity >= ? AND entity < ?")
 		args = append(args, f.Entity, upper)
@@ -41,9 +40,9 @@ func (s *Store) Events(ctx context.Context, f berth.EventFilter) ([]berth.Event,
 	}
 	q = `SELECT * FROM (` + q + ` ORDER BY id DESC LIMIT ?) AS latest ORDER BY id`
 	args = append(args, limitOr(f.Limit, defaultLimit))
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.pool().query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: events: %w", err)
+		return nil, s.errorf("events: %w", err)
 	}
 	defer rows.Close()
 	out := []berth.Event{}
@@ -51,13 +50,13 @@ func (s *Store) Events(ctx context.Context, f berth.EventFilter) ([]berth.Event,
 		var e berth.Event
 		var at int64
 		if err := rows.Scan(&e.ID, &at, &e.Entity, &e.From, &e.To, &e.Reason, &e.Actor); err != nil {
-			return nil, fmt.Errorf("sqlite: events: %w", err)
+			return nil, s.errorf("events: %w", err)
 		}
 		e.At = fromMS(at)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: events: %w", err)
+		return nil, s.errorf("events: %w", err)
 	}
 	return out, nil
 }

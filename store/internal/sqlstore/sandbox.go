@@ -1,14 +1,15 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"database/sql"
 
 	"github.com/berth-dev/berth"
 )
@@ -20,24 +21,26 @@ const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus,
 // CreateSandbox inserts sb with the event pending → sb.State (reason "placed on agent/<id>"
 // when sb.AgentID is set, else "created"). An empty sb.State means pending and a zero
 // sb.CreatedAt means now. If sb.IdempotencyKey is set and a sandbox of sb.Tenant already holds
-// it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4). Volume,
-// PausedAt (zero = NULL) and Image are stored as given (PAUSE-1).
+// it, nothing is written and the error wraps berth.ErrIdempotencyConflict (API-4). The unique
+// index on (tenant, idempotency_key) decides the race between replicas: the insert waits for a
+// concurrent holder's transaction and, if that commits, inserts nothing. Volume, PausedAt
+// (zero = NULL) and Image are stored as given (PAUSE-1).
 func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor string, now time.Time) error {
 	if sb.ID == "" {
-		return errors.New("sqlite: create sandbox: empty id")
+		return s.errorf("create sandbox: empty id")
 	}
 	if sb.State == "" {
 		sb.State = berth.SandboxPending
 	}
 	if !sb.State.Valid() {
-		return fmt.Errorf("sqlite: create sandbox %q: unknown state %q", sb.ID, sb.State)
+		return s.errorf("create sandbox %q: unknown state %q", sb.ID, sb.State)
 	}
 	if sb.CreatedAt.IsZero() {
 		sb.CreatedAt = now
 	}
 	var meta any // NULL for an empty map
 	if len(sb.Metadata) > 0 {
-		text, err := jsonText(sb.Metadata)
+		text, err := s.jsonText(sb.Metadata)
 		if err != nil {
 			return err
 		}
@@ -51,15 +54,16 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 	if sb.AgentID != "" {
 		reason = "placed on agent/" + sb.AgentID
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *Tx) error {
 		if !sb.State.Terminal() {
-			// ADM-11: hard limits, checked in the insert's transaction (writers are serialised).
-			q, err := quotaOf(ctx, tx, sb.Tenant)
+			// ADM-11: hard limits, checked in the insert's transaction under the tenant's
+			// quota row lock, so replicas cannot overshoot together.
+			q, err := s.quotaOf(ctx, tx.conn, sb.Tenant, true)
 			if err != nil {
 				return err
 			}
 			if q.MaxSandboxes > 0 || q.MaxMemoryMiB > 0 {
-				n, mem, err := usageOf(ctx, tx, sb.Tenant)
+				n, mem, err := s.usageOf(ctx, tx.conn, sb.Tenant)
 				if err != nil {
 					return err
 				}
@@ -68,36 +72,42 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 				}
 			}
 		}
-		if key != nil {
+		// A holder that fails between the insert and the lookup frees the key: try again.
+		for range 3 {
+			var inserted bool
+			err := tx.queryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+				RETURNING TRUE`,
+				sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
+				ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
+				sb.Image, sb.RequestHash).Scan(&inserted)
+			if err == nil {
+				return s.insertEvent(ctx, tx, berth.Event{
+					At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
+					Reason: reason, Actor: actor,
+				})
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return s.errorf("create sandbox %q: %w", sb.ID, err)
+			}
 			var holder string
-			err := tx.QueryRowContext(ctx,
-				`SELECT id FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`, sb.Tenant, key).Scan(&holder)
+			err = tx.queryRow(ctx, `SELECT id FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`,
+				sb.Tenant, sb.IdempotencyKey).Scan(&holder)
 			if err == nil {
 				return fmt.Errorf("sandbox %q: key %q held by sandbox %q: %w", sb.ID, sb.IdempotencyKey, holder, berth.ErrIdempotencyConflict)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("sqlite: create sandbox %q: %w", sb.ID, err)
+				return s.errorf("create sandbox %q: %w", sb.ID, err)
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, b2i(sb.Stateful),
-			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt), sb.Image,
-			sb.RequestHash)
-		if err != nil {
-			return fmt.Errorf("sqlite: create sandbox %q: %w", sb.ID, err)
-		}
-		return insertEvent(ctx, tx, berth.Event{
-			At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
-			Reason: reason, Actor: actor,
-		})
+		return fmt.Errorf("sandbox %q: key %q: %w", sb.ID, sb.IdempotencyKey, berth.ErrIdempotencyConflict)
 	})
 }
 
 // Sandbox returns sandbox id or an error wrapping berth.ErrNotFound.
 func (s *Store) Sandbox(ctx context.Context, id string) (berth.Sandbox, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id)
-	sb, err := scanSandbox(row)
+	sb, err := s.scanSandbox(s.pool().queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return berth.Sandbox{}, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
 	}
@@ -107,9 +117,8 @@ func (s *Store) Sandbox(ctx context.Context, id string) (berth.Sandbox, error) {
 // SandboxByIdempotencyKey returns the tenant's sandbox created with key (API-4), or an error
 // wrapping berth.ErrNotFound. A failed sandbox no longer holds its key.
 func (s *Store) SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (berth.Sandbox, error) {
-	row := s.db.QueryRowContext(ctx,
-		`SELECT `+sandboxColumns+` FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`, tenant, key)
-	sb, err := scanSandbox(row)
+	sb, err := s.scanSandbox(s.pool().queryRow(ctx,
+		`SELECT `+sandboxColumns+` FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`, tenant, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return berth.Sandbox{}, fmt.Errorf("sandbox of tenant %q with key %q: %w", tenant, key, berth.ErrNotFound)
 	}
@@ -121,14 +130,17 @@ func (s *Store) SandboxByIdempotencyKey(ctx context.Context, tenant, key string)
 func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.Sandbox, error) {
 	var where []string
 	var args []any
+	add := func(cond string, v any) {
+		where, args = append(where, cond+" = ?"), append(args, v)
+	}
 	if f.Tenant != "" {
-		where, args = append(where, "tenant = ?"), append(args, f.Tenant)
+		add("tenant", f.Tenant)
 	}
 	if f.State != "" {
-		where, args = append(where, "state = ?"), append(args, string(f.State))
+		add("state", string(f.State))
 	}
 	if f.AgentID != "" {
-		where, args = append(where, "agent_id = ?"), append(args, f.AgentID)
+		add("agent_id", f.AgentID)
 	}
 	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
 	if len(where) > 0 {
@@ -136,21 +148,21 @@ func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.S
 	}
 	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
 	args = append(args, limitOr(f.Limit, defaultLimit))
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.pool().query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: sandboxes: %w", err)
+		return nil, s.errorf("sandboxes: %w", err)
 	}
 	defer rows.Close()
 	out := []berth.Sandbox{}
 	for rows.Next() {
-		sb, err := scanSandbox(rows)
+		sb, err := s.scanSandbox(rows)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, sb)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: sandboxes: %w", err)
+		return nil, s.errorf("sandboxes: %w", err)
 	}
 	return out, nil
 }
@@ -160,34 +172,36 @@ func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.S
 // when from is empty. A sandbox already in state to is not moved (no event). It reports
 // whether the transition happened; an unknown id is an error wrapping berth.ErrNotFound.
 // Entering a terminal state also releases the sandbox's reservations (events held → released)
-// and a create that fails before it ran frees its Idempotency-Key (API-4).
+// and a create that fails before it ran frees its Idempotency-Key (API-4). The sandbox row
+// is locked while its state is judged, so concurrent transitions of one sandbox apply one at
+// a time.
 func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.SandboxState, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
 	if !to.Valid() {
-		return false, fmt.Errorf("sqlite: transition sandbox %q: unknown state %q", id, to)
+		return false, s.errorf("transition sandbox %q: unknown state %q", id, to)
 	}
 	var moved bool
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		var err error
-		moved, err = transitionTx(ctx, tx, id, from, to, nil, reason, actor, now)
+		moved, err = s.transitionTx(ctx, tx, id, from, to, nil, reason, actor, now)
 		return err
 	})
 	return moved, err
 }
 
-// MoveSandbox moves sandbox id to m.To, as TransitionSandbox does (same guard on from, same
-// event "<old> → m.To" with reason and actor, reservations released when m.To is terminal),
-// and in the same transaction sets its agent_id, expires_at, paused_at and image to m's
-// values; a zero m.ExpiresAt or m.PausedAt is stored as unset (PAUSE-1, SPOT-3, LIF-3). A
-// sandbox already in m.To is not moved. It reports whether the move happened; an unknown id
-// is (false, nil) and an invalid m.To an error.
+// MoveSandbox moves sandbox id to m.To, as TransitionSandbox does (same guard on from under
+// the same row lock, same event "<old> → m.To" with reason and actor, reservations released
+// when m.To is terminal), and in the same transaction sets its agent_id, expires_at,
+// paused_at and image to m's values; a zero m.ExpiresAt or m.PausedAt is stored as unset
+// (PAUSE-1, SPOT-3, LIF-3). A sandbox already in m.To is not moved. It reports whether the
+// move happened; an unknown id is (false, nil) and an invalid m.To an error.
 func (s *Store) MoveSandbox(ctx context.Context, id string, from []berth.SandboxState, m berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
 	if !m.To.Valid() {
-		return false, fmt.Errorf("sqlite: move sandbox %q: unknown state %q", id, m.To)
+		return false, s.errorf("move sandbox %q: unknown state %q", id, m.To)
 	}
 	var moved bool
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		var err error
-		moved, err = transitionTx(ctx, tx, id, from, m.To, &m, reason, actor, now)
+		moved, err = s.transitionTx(ctx, tx, id, from, m.To, &m, reason, actor, now)
 		return err
 	})
 	if errors.Is(err, berth.ErrNotFound) {
@@ -199,15 +213,15 @@ func (s *Store) MoveSandbox(ctx context.Context, id string, from []berth.Sandbox
 // transitionTx is TransitionSandbox inside an open transaction (ApplyHeartbeat shares it).
 // When place is not nil it is MoveSandbox's: the update also writes place's agent, TTL end,
 // pause time and image (place.To is ignored; to is the new state).
-func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.SandboxState, to berth.SandboxState,
+func (s *Store) transitionTx(ctx context.Context, tx *Tx, id string, from []berth.SandboxState, to berth.SandboxState,
 	place *berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
 	var cur string
-	err := tx.QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = ?`, id).Scan(&cur)
+	err := tx.queryRow(ctx, `SELECT state FROM sandboxes WHERE id = ?`+s.d.ForUpdate, id).Scan(&cur)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
 	}
 	if err != nil {
-		return false, fmt.Errorf("sqlite: transition sandbox %q: %w", id, err)
+		return false, s.errorf("transition sandbox %q: %w", id, err)
 	}
 	state := berth.SandboxState(cur)
 	allowed := slices.Contains(from, state)
@@ -217,113 +231,52 @@ func transitionTx(ctx context.Context, tx *sql.Tx, id string, from []berth.Sandb
 	if !allowed || state == to {
 		return false, nil
 	}
-	// The state guard keeps the update conditional even where the read above is not locked
-	// (a PostgreSQL port under READ COMMITTED).
-	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? = 1 THEN NULL ELSE idempotency_key END`
-	args := []any{string(to), reason, b2i(state.FreesIdempotencyKey(to))}
+	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? THEN NULL ELSE idempotency_key END`
+	args := []any{string(to), reason, state.FreesIdempotencyKey(to)}
 	if place != nil {
 		set += `, agent_id = ?, expires_at = ?, paused_at = ?, image = ?`
 		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET `+set+` WHERE id = ? AND state = ?`, append(args, id, cur)...)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: transition sandbox %q: %w", id, err)
+	if _, err := tx.exec(ctx, `UPDATE sandboxes SET `+set+` WHERE id = ?`, append(args, id)...); err != nil {
+		return false, s.errorf("transition sandbox %q: %w", id, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return false, err
-	}
-	if err := insertEvent(ctx, tx, berth.Event{
+	if err := s.insertEvent(ctx, tx, berth.Event{
 		At: now, Entity: "sandbox/" + id, From: cur, To: string(to), Reason: reason, Actor: actor,
 	}); err != nil {
 		return false, err
 	}
 	if to.Terminal() {
-		if err := releaseSandboxReservations(ctx, tx, id, to, actor, now); err != nil {
+		if err := s.releaseSandboxReservations(ctx, tx, id, to, actor, now); err != nil {
 			return false, err
 		}
 	}
 	return true, nil
 }
 
-// scanner is what *sql.Row and *sql.Rows have in common.
-type scanner interface{ Scan(dest ...any) error }
-
 // scanSandbox reads one row selected with sandboxColumns.
-func scanSandbox(r scanner) (berth.Sandbox, error) {
+func (s *Store) scanSandbox(r scanner) (berth.Sandbox, error) {
 	var sb berth.Sandbox
 	var state string
-	var stateful int
 	var created int64
 	var expires, paused sql.NullInt64
 	var meta, key sql.NullString
-	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &stateful,
+	err := r.Scan(&sb.ID, &sb.Template, &sb.Tenant, &sb.AgentID, &state, &sb.MemoryMiB, &sb.VCPUs, &sb.Stateful,
 		&created, &expires, &meta, &sb.Reason, &key, &sb.Volume, &paused, &sb.Image, &sb.RequestHash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sb, err
 	}
 	if err != nil {
-		return sb, fmt.Errorf("sqlite: scan sandbox: %w", err)
+		return sb, s.errorf("scan sandbox: %w", err)
 	}
 	sb.State = berth.SandboxState(state)
-	sb.Stateful = stateful != 0
 	sb.CreatedAt, sb.ExpiresAt, sb.PausedAt = fromMS(created), fromNullMS(expires), fromNullMS(paused)
 	sb.IdempotencyKey = key.String
 	if meta.Valid && meta.String != "" {
 		if err := json.Unmarshal([]byte(meta.String), &sb.Metadata); err != nil {
-			return sb, fmt.Errorf("sqlite: sandbox %q metadata: %w", sb.ID, err)
+			return sb, s.errorf("sandbox %q metadata: %w", sb.ID, err)
 		}
 	}
 	return sb, nil
-}
-
-// PutTemplate creates or replaces template t.Name.
-func (s *Store) PutTemplate(ctx context.Context, t berth.Template) error {
-	if t.Name == "" {
-		return errors.New("sqlite: put template: empty name")
-	}
-	_, err := s.db.ExecContext(ctx, `
-		INSERT INTO templates (name, memory_mb, vcpus) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET memory_mb = excluded.memory_mb, vcpus = excluded.vcpus`,
-		t.Name, t.MemoryMiB, t.VCPUs)
-	if err != nil {
-		return fmt.Errorf("sqlite: put template %q: %w", t.Name, err)
-	}
-	return nil
-}
-
-// Template returns template name or an error wrapping berth.ErrNotFound.
-func (s *Store) Template(ctx context.Context, name string) (berth.Template, error) {
-	t := berth.Template{Name: name}
-	err := s.db.QueryRowContext(ctx, `SELECT memory_mb, vcpus FROM templates WHERE name = ?`, name).
-		Scan(&t.MemoryMiB, &t.VCPUs)
-	if errors.Is(err, sql.ErrNoRows) {
-		return berth.Template{}, fmt.Errorf("template %q: %w", name, berth.ErrNotFound)
-	}
-	if err != nil {
-		return berth.Template{}, fmt.Errorf("sqlite: template %q: %w", name, err)
-	}
-	return t, nil
-}
-
-// Templates returns every template ordered by name.
-func (s *Store) Templates(ctx context.Context) ([]berth.Template, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, memory_mb, vcpus FROM templates ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: templates: %w", err)
-	}
-	defer rows.Close()
-	out := []berth.Template{}
-	for rows.Next() {
-		var t berth.Template
-		if err := rows.Scan(&t.Name, &t.MemoryMiB, &t.VCPUs); err != nil {
-			return nil, fmt.Errorf("sqlite: templates: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: templates: %w", err)
-	}
-	return out, nil
 }
 
 // EndedSandboxes implements berth.SandboxStore (AGT-6): the ids that are terminal or unknown.
@@ -331,25 +284,22 @@ func (s *Store) EndedSandboxes(ctx context.Context, ids []string) ([]string, err
 	live := make(map[string]bool, len(ids))
 	for start := 0; start < len(ids); start += 500 {
 		chunk := ids[start:min(start+500, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		rows, err := s.db.QueryContext(ctx, `SELECT id, state FROM sandboxes WHERE id IN (`+placeholders(len(chunk))+`)`, args...)
+		cond, args := s.in("id", chunk)
+		rows, err := s.pool().query(ctx, `SELECT id, state FROM sandboxes WHERE `+cond, args...)
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: ended sandboxes: %w", err)
+			return nil, s.errorf("ended sandboxes: %w", err)
 		}
 		for rows.Next() {
 			var id, state string
 			if err := rows.Scan(&id, &state); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("sqlite: ended sandboxes: %w", err)
+				return nil, s.errorf("ended sandboxes: %w", err)
 			}
 			live[id] = !berth.SandboxState(state).Terminal()
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("sqlite: ended sandboxes: %w", err)
+			return nil, s.errorf("ended sandboxes: %w", err)
 		}
 	}
 	var ended []string

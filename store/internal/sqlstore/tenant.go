@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -13,22 +13,22 @@ import (
 // PutTenant creates tenant t.Name if it does not exist; an existing tenant is left as is.
 func (s *Store) PutTenant(ctx context.Context, t berth.Tenant) error {
 	if t.Name == "" {
-		return errors.New("sqlite: put tenant: empty name")
+		return s.errorf("put tenant: empty name")
 	}
-	_, err := s.db.ExecContext(ctx,
+	_, err := s.pool().exec(ctx,
 		`INSERT INTO tenants (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
 		t.Name, nullMS(t.CreatedAt))
 	if err != nil {
-		return fmt.Errorf("sqlite: put tenant %q: %w", t.Name, err)
+		return s.errorf("put tenant %q: %w", t.Name, err)
 	}
 	return nil
 }
 
 // Tenants lists tenants ordered by name.
 func (s *Store) Tenants(ctx context.Context) ([]berth.Tenant, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
+	rows, err := s.pool().query(ctx, `SELECT name, created_at FROM tenants ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: tenants: %w", err)
+		return nil, s.errorf("tenants: %w", err)
 	}
 	defer rows.Close()
 	out := []berth.Tenant{}
@@ -36,13 +36,13 @@ func (s *Store) Tenants(ctx context.Context) ([]berth.Tenant, error) {
 		var t berth.Tenant
 		var created sql.NullInt64
 		if err := rows.Scan(&t.Name, &created); err != nil {
-			return nil, fmt.Errorf("sqlite: tenants: %w", err)
+			return nil, s.errorf("tenants: %w", err)
 		}
 		t.CreatedAt = fromNullMS(created)
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: tenants: %w", err)
+		return nil, s.errorf("tenants: %w", err)
 	}
 	return out, nil
 }
@@ -51,24 +51,24 @@ func (s *Store) Tenants(ctx context.Context) ([]berth.Tenant, error) {
 // must exist, else the error wraps berth.ErrNotFound; a hash held by another key is an error.
 func (s *Store) PutAPIKey(ctx context.Context, k berth.APIKey) error {
 	if k.ID == "" || k.Hash == "" {
-		return fmt.Errorf("sqlite: put api key: needs an id and a hash (id %q)", k.ID)
+		return s.errorf("put api key: needs an id and a hash (id %q)", k.ID)
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *Tx) error {
 		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, k.Tenant).Scan(&one)
+		err := tx.queryRow(ctx, `SELECT 1 FROM tenants WHERE name = ?`, k.Tenant).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("api key %q: tenant %q: %w", k.ID, k.Tenant, berth.ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: put api key %q: %w", k.ID, err)
+			return s.errorf("put api key %q: %w", k.ID, err)
 		}
-		_, err = tx.ExecContext(ctx, `
+		_, err = tx.exec(ctx, `
 			INSERT INTO api_keys (id, tenant, role, hash, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, role = excluded.role,
 				hash = excluded.hash, created_at = excluded.created_at`,
 			k.ID, k.Tenant, k.Role, k.Hash, nullMS(k.CreatedAt))
 		if err != nil {
-			return fmt.Errorf("sqlite: put api key %q: %w", k.ID, err)
+			return s.errorf("put api key %q: %w", k.ID, err)
 		}
 		return nil
 	})
@@ -79,13 +79,13 @@ func (s *Store) PutAPIKey(ctx context.Context, k berth.APIKey) error {
 func (s *Store) APIKeyByHash(ctx context.Context, hash string) (berth.APIKey, error) {
 	k := berth.APIKey{Hash: hash}
 	var created sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT id, tenant, role, created_at FROM api_keys WHERE hash = ?`, hash).
+	err := s.pool().queryRow(ctx, `SELECT id, tenant, role, created_at FROM api_keys WHERE hash = ?`, hash).
 		Scan(&k.ID, &k.Tenant, &k.Role, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return berth.APIKey{}, fmt.Errorf("api key: %w", berth.ErrNotFound)
 	}
 	if err != nil {
-		return berth.APIKey{}, fmt.Errorf("sqlite: api key: %w", err)
+		return berth.APIKey{}, s.errorf("api key: %w", err)
 	}
 	k.CreatedAt = fromNullMS(created)
 	return k, nil
@@ -94,58 +94,59 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (berth.APIKey, er
 // SetQuota implements berth.TenantStore (ADM-11).
 func (s *Store) SetQuota(ctx context.Context, q berth.Quota, actor string, now time.Time) error {
 	if q.MaxSandboxes < 0 || q.MaxMemoryMiB < 0 {
-		return fmt.Errorf("sqlite: quota of %q: limits must not be negative", q.Tenant)
+		return s.errorf("quota of %q: limits must not be negative", q.Tenant)
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *Tx) error {
 		var name string
-		if err := tx.QueryRowContext(ctx, `SELECT name FROM tenants WHERE name = ?`, q.Tenant).Scan(&name); err != nil {
+		if err := tx.queryRow(ctx, `SELECT name FROM tenants WHERE name = ?`, q.Tenant).Scan(&name); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("tenant %q: %w", q.Tenant, berth.ErrNotFound)
 			}
-			return fmt.Errorf("sqlite: quota of %q: %w", q.Tenant, err)
+			return s.errorf("quota of %q: %w", q.Tenant, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO quotas (tenant, max_sandboxes, max_memory_mb) VALUES (?, ?, ?)
+		if _, err := tx.exec(ctx, `INSERT INTO quotas (tenant, max_sandboxes, max_memory_mb) VALUES (?, ?, ?)
 			ON CONFLICT (tenant) DO UPDATE SET max_sandboxes = excluded.max_sandboxes, max_memory_mb = excluded.max_memory_mb`,
 			q.Tenant, q.MaxSandboxes, q.MaxMemoryMiB); err != nil {
-			return fmt.Errorf("sqlite: quota of %q: %w", q.Tenant, err)
+			return s.errorf("quota of %q: %w", q.Tenant, err)
 		}
-		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "tenant/" + q.Tenant, To: "quota",
+		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "tenant/" + q.Tenant, To: "quota",
 			Reason: fmt.Sprintf("max_sandboxes=%d max_memory_mb=%d", q.MaxSandboxes, q.MaxMemoryMiB), Actor: actor})
 	})
 }
 
 // Quota implements berth.TenantStore.
 func (s *Store) Quota(ctx context.Context, tenant string) (berth.Quota, error) {
-	return quotaOf(ctx, s.db, tenant)
+	return s.quotaOf(ctx, s.pool(), tenant, false)
 }
 
-type queryRower interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func quotaOf(ctx context.Context, db queryRower, tenant string) (berth.Quota, error) {
+// quotaOf reads a tenant's quota; lock takes the row lock that serialises the tenant's
+// creates across replicas (ADM-11 is a hard limit).
+func (s *Store) quotaOf(ctx context.Context, db conn, tenant string, lock bool) (berth.Quota, error) {
 	q := berth.Quota{Tenant: tenant}
-	err := db.QueryRowContext(ctx, `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`, tenant).
-		Scan(&q.MaxSandboxes, &q.MaxMemoryMiB)
+	query := `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`
+	if lock {
+		query += s.d.ForUpdate
+	}
+	err := db.queryRow(ctx, query, tenant).Scan(&q.MaxSandboxes, &q.MaxMemoryMiB)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return q, fmt.Errorf("sqlite: quota of %q: %w", tenant, err)
+		return q, s.errorf("quota of %q: %w", tenant, err)
 	}
 	return q, nil
 }
 
 // TenantUsage implements berth.TenantStore.
 func (s *Store) TenantUsage(ctx context.Context, tenant string) (int, int64, error) {
-	return usageOf(ctx, s.db, tenant)
+	return s.usageOf(ctx, s.pool(), tenant)
 }
 
-func usageOf(ctx context.Context, db queryRower, tenant string) (int, int64, error) {
+// usageOf counts a tenant's live sandboxes and sums their memory (MiB).
+func (s *Store) usageOf(ctx context.Context, db conn, tenant string) (int, int64, error) {
 	var n int
 	var mem int64
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(memory_mb), 0) FROM sandboxes
-		WHERE tenant = ? AND state NOT IN (`+placeholders(len(terminalStates))+`)`,
-		append([]any{tenant}, terminalStates...)...).Scan(&n, &mem)
+	err := db.queryRow(ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(memory_mb), 0) AS BIGINT) FROM sandboxes
+		WHERE tenant = ? AND state NOT IN `+inTerminal, append([]any{tenant}, terminalStates...)...).Scan(&n, &mem)
 	if err != nil {
-		return 0, 0, fmt.Errorf("sqlite: usage of %q: %w", tenant, err)
+		return 0, 0, s.errorf("usage of %q: %w", tenant, err)
 	}
 	return n, mem, nil
 }

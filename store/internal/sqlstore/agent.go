@@ -1,12 +1,13 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"database/sql"
 
 	"github.com/berth-dev/berth"
 )
@@ -14,7 +15,7 @@ import (
 // agentColumns is the column list every agent query selects, in scanAgent's order.
 const agentColumns = `id, address, region, pool, preemptible, heartbeat_at, status, cpu_total, cpu_used,
 	memory_mb_total, memory_mb_used, memory_mb_committed, memory_admission, memory_mb_admittable,
-	intake_open, memory_pressure, starts_in_flight, natid_free, stream_restore_enabled, sandboxes, ended,
+	intake_open, memory_pressure, starts_in_flight, sandboxes, ended,
 	version, boot_id, measurement_errors, last_seen, drain_reason, create_failures, quarantined_until,
 	runtime, checkpoint, heartbeat_seq`
 
@@ -23,28 +24,28 @@ const DefaultDrainReason = "operator drain"
 
 // Agents returns every known agent ordered by id.
 func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+agentColumns+` FROM agents ORDER BY id`)
+	rows, err := s.pool().query(ctx, `SELECT `+agentColumns+` FROM agents ORDER BY id`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: agents: %w", err)
+		return nil, s.errorf("agents: %w", err)
 	}
 	defer rows.Close()
 	out := []berth.Agent{}
 	for rows.Next() {
-		a, err := scanAgent(rows)
+		a, err := s.scanAgent(rows)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: agents: %w", err)
+		return nil, s.errorf("agents: %w", err)
 	}
 	return out, nil
 }
 
 // Agent returns agent id or an error wrapping berth.ErrNotFound.
 func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
-	a, err := scanAgent(s.db.QueryRowContext(ctx, `SELECT `+agentColumns+` FROM agents WHERE id = ?`, id))
+	a, err := s.scanAgent(s.pool().queryRow(ctx, `SELECT `+agentColumns+` FROM agents WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return berth.Agent{}, fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
 	}
@@ -52,22 +53,21 @@ func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
 }
 
 // SetAgentDrain marks (draining) or lifts an operator drain of agent id, with the event
-// old status → new status (reason as given, actor as given). A drain without a reason stores
-// DefaultDrainReason. Draining a drained agent, or undraining one that is not, changes
-// nothing and writes no event. Undraining restores the status the agent last reported. An
-// unknown id is an error wrapping berth.ErrNotFound. A change is pushed to WatchAgents after
-// it commits (PLC-5).
+// old status → new status (reason as given, actor as given), and notifies WatchAgents
+// listeners on commit (PLC-5). A drain without a reason stores DefaultDrainReason. Draining a
+// drained agent, or undraining one that is not, changes nothing, writes no event and notifies
+// nobody. Undraining restores the status the agent last reported. An unknown id is an error
+// wrapping berth.ErrNotFound.
 func (s *Store) SetAgentDrain(ctx context.Context, id string, draining bool, reason, actor string, now time.Time) error {
-	changed := false
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *Tx) error {
 		var status, reported, drain string
-		err := tx.QueryRowContext(ctx, `SELECT status, reported_status, drain_reason FROM agents WHERE id = ?`, id).
+		err := tx.queryRow(ctx, `SELECT status, reported_status, drain_reason FROM agents WHERE id = ?`+s.d.ForUpdate, id).
 			Scan(&status, &reported, &drain)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: drain agent %q: %w", id, err)
+			return s.errorf("drain agent %q: %w", id, err)
 		}
 		if draining == (drain != "") {
 			return nil
@@ -85,49 +85,45 @@ func (s *Store) SetAgentDrain(ctx context.Context, id string, draining bool, rea
 		} else if evReason == "" {
 			evReason = "undrained"
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE agents SET status = ?, drain_reason = ? WHERE id = ?`,
+		if _, err := tx.exec(ctx, `UPDATE agents SET status = ?, drain_reason = ? WHERE id = ?`,
 			newStatus, newDrain, id); err != nil {
-			return fmt.Errorf("sqlite: drain agent %q: %w", id, err)
+			return s.errorf("drain agent %q: %w", id, err)
 		}
-		changed = true
-		return insertEvent(ctx, tx, berth.Event{
+		if err := s.insertEvent(ctx, tx, berth.Event{
 			At: now, Entity: "agent/" + id, From: status, To: newStatus, Reason: evReason, Actor: actor,
-		})
+		}); err != nil {
+			return err
+		}
+		return s.d.NotifyAgent(ctx, tx, id)
 	})
-	if err == nil && changed {
-		s.watch.notify(id)
-	}
-	return err
 }
 
 // scanAgent reads one row selected with agentColumns.
-func scanAgent(r scanner) (berth.Agent, error) {
+func (s *Store) scanAgent(r scanner) (berth.Agent, error) {
 	var a berth.Agent
-	var status, held, ended string
-	var preemptible, intake, stream, checkpoint int
+	var status string
+	var held, ended []byte
 	var hbAt, qUntil sql.NullInt64
 	var lastSeen int64
-	err := r.Scan(&a.AgentID, &a.Address, &a.Region, &a.Pool, &preemptible, &hbAt, &status, &a.CPUTotal,
+	err := r.Scan(&a.AgentID, &a.Address, &a.Region, &a.Pool, &a.Preemptible, &hbAt, &status, &a.CPUTotal,
 		&a.CPUUsed, &a.MemoryMiBTotal, &a.MemoryMiBUsed, &a.MemoryMiBCommitted, &a.MemoryAdmission,
-		&a.MemoryMiBAdmittable, &intake, &a.MemoryPressure, &a.StartsInFlight, &a.NatIDFree, &stream, &held,
-		&ended, &a.Version, &a.BootID, &a.MeasurementErrors, &lastSeen, &a.DrainReason, &a.CreateFailures, &qUntil,
-		&a.Runtime, &checkpoint, &a.Seq)
+		&a.MemoryMiBAdmittable, &a.IntakeOpen, &a.MemoryPressure, &a.StartsInFlight,
+		&held, &ended, &a.Version, &a.BootID, &a.MeasurementErrors, &lastSeen,
+		&a.DrainReason, &a.CreateFailures, &qUntil, &a.Runtime, &a.Checkpoint, &a.Seq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, err
 	}
 	if err != nil {
-		return a, fmt.Errorf("sqlite: scan agent: %w", err)
+		return a, s.errorf("scan agent: %w", err)
 	}
 	a.Status = berth.AgentStatus(status)
-	a.Preemptible, a.IntakeOpen, a.StreamRestoreEnabled = preemptible != 0, intake != 0, stream != 0
-	a.Checkpoint = checkpoint != 0
 	a.HeartbeatAt, a.LastSeen, a.QuarantinedUntil = fromNullMS(hbAt), fromMS(lastSeen), fromNullMS(qUntil)
 	a.Sandboxes = []berth.HeldSandbox{}
-	if err := json.Unmarshal([]byte(held), &a.Sandboxes); err != nil {
-		return a, fmt.Errorf("sqlite: agent %q sandboxes: %w", a.AgentID, err)
+	if err := json.Unmarshal(held, &a.Sandboxes); err != nil {
+		return a, s.errorf("agent %q sandboxes: %w", a.AgentID, err)
 	}
-	if err := json.Unmarshal([]byte(ended), &a.Ended); err != nil {
-		return a, fmt.Errorf("sqlite: agent %q ended: %w", a.AgentID, err)
+	if err := json.Unmarshal(ended, &a.Ended); err != nil {
+		return a, s.errorf("agent %q ended: %w", a.AgentID, err)
 	}
 	if len(a.Ended) == 0 {
 		a.Ended = nil
@@ -135,48 +131,51 @@ func scanAgent(r scanner) (berth.Agent, error) {
 	return a, nil
 }
 
-// listJSON encodes a list for a JSON text column; nil becomes "[]".
+// listJSON encodes a list for a JSON column; nil becomes "[]".
 func listJSON[T any](v []T) (string, error) {
 	if len(v) == 0 {
 		return "[]", nil
 	}
-	return jsonText(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode json: %w", err)
+	}
+	return string(b), nil
 }
 
 // RecordCreateOutcome implements berth.AgentStore (PLC-9): it counts consecutive failed
-// creates, quarantines the agent when they reach q.After, and resets on a success.
+// creates under the agent's row lock, quarantines the agent when they reach q.After (with a
+// notification to every replica), and resets on a success.
 func (s *Store) RecordCreateOutcome(ctx context.Context, id string, failed bool, q berth.QuarantinePolicy, actor string, now time.Time) (berth.Agent, error) {
-	changed := false
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		var failures int
 		var until sql.NullInt64
-		err := tx.QueryRowContext(ctx, `SELECT create_failures, quarantined_until FROM agents WHERE id = ?`, id).
+		err := tx.queryRow(ctx, `SELECT create_failures, quarantined_until FROM agents WHERE id = ?`+s.d.ForUpdate, id).
 			Scan(&failures, &until)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
 		}
 		if err != nil {
-			return fmt.Errorf("sqlite: create outcome of %q: %w", id, err)
+			return s.errorf("create outcome of %q: %w", id, err)
 		}
 		c := q.Apply(failures, fromNullMS(until), failed, now)
 		if c.Failures == failures && c.Until.Equal(fromNullMS(until)) {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE agents SET create_failures = ?, quarantined_until = ? WHERE id = ?`,
+		if _, err := tx.exec(ctx, `UPDATE agents SET create_failures = ?, quarantined_until = ? WHERE id = ?`,
 			c.Failures, nullMS(c.Until), id); err != nil {
-			return fmt.Errorf("sqlite: create outcome of %q: %w", id, err)
+			return s.errorf("create outcome of %q: %w", id, err)
 		}
 		if c.To == "" {
 			return nil
 		}
-		changed = true
-		return insertEvent(ctx, tx, berth.Event{At: now, Entity: "agent/" + id, From: c.From, To: c.To, Reason: c.Reason, Actor: actor})
+		if err := s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "agent/" + id, From: c.From, To: c.To, Reason: c.Reason, Actor: actor}); err != nil {
+			return err
+		}
+		return s.d.NotifyAgent(ctx, tx, id)
 	})
 	if err != nil {
 		return berth.Agent{}, err
-	}
-	if changed {
-		s.watch.notify(id)
 	}
 	return s.Agent(ctx, id)
 }

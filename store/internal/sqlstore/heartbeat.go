@@ -1,4 +1,4 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"database/sql"
 
 	"github.com/berth-dev/berth"
 )
@@ -37,7 +37,7 @@ import (
 // restart touches it (PAUSE-1).
 func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (int, error) {
 	if hb.AgentID == "" {
-		return 0, errors.New("postgres: heartbeat: empty agent id")
+		return 0, s.errorf("heartbeat: empty agent id")
 	}
 	reported := hb.Status
 	if reported == "" {
@@ -53,31 +53,31 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 	}
 	actor := "agent/" + hb.AgentID
 	var netted int
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx *Tx) error {
 		netted = 0
 		// Create a placeholder row if the agent is new: the insert (or, for a known agent,
 		// the FOR UPDATE below) locks the row, so "first sight" is decided exactly once.
 		var inserted bool
-		err := tx.QueryRow(ctx, `INSERT INTO agents (id, status, last_seen) VALUES ($1, '', $2)
+		err := tx.queryRow(ctx, `INSERT INTO agents (id, status, last_seen) VALUES (?, '', ?)
 			ON CONFLICT (id) DO NOTHING RETURNING TRUE`, hb.AgentID, ms(now)).Scan(&inserted)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("postgres: heartbeat of %q: %w", hb.AgentID, err)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
 		known := !inserted
 		var oldStatus, oldBoot, drain string
 		var oldSeq int64
 		var oldHeld []byte
-		if err := tx.QueryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_seq, sandboxes FROM agents WHERE id = $1 FOR UPDATE`,
+		if err := tx.queryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_seq, sandboxes FROM agents WHERE id = ?`+s.d.ForUpdate,
 			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain, &oldSeq, &oldHeld); err != nil {
-			return fmt.Errorf("postgres: heartbeat of %q: %w", hb.AgentID, err)
+			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
 		if known && hb.Overtaken(oldBoot, oldSeq) {
 			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
 			// POST was slow). Its figures are out of date; only its ended list is news.
-			return applyEnded(ctx, tx, hb, actor, now)
+			return s.applyEnded(ctx, tx, hb, actor, now)
 		}
 		if known && oldBoot == hb.BootID {
-			if err := oomEvents(ctx, tx, oldHeld, hb, actor, now); err != nil {
+			if err := s.oomEvents(ctx, tx, oldHeld, hb, actor, now); err != nil {
 				return err
 			}
 		}
@@ -85,22 +85,22 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 		if drain != "" {
 			status = berth.AgentDraining
 		}
-		_, err = tx.Exec(ctx, `
-			UPDATE agents SET address = $2, region = $3, pool = $4, preemptible = $5, heartbeat_at = $6,
-				status = $7, reported_status = $8, cpu_total = $9, cpu_used = $10, memory_mb_total = $11,
-				memory_mb_used = $12, memory_mb_committed = $13, memory_admission = $14,
-				memory_mb_admittable = $15, intake_open = $16, memory_pressure = $17, starts_in_flight = $18,
-				natid_free = $19, stream_restore_enabled = $20, sandboxes = $21, ended = $22, version = $23,
-				boot_id = $24, measurement_errors = $25, last_seen = $26, runtime = $27, checkpoint = $28,
-				heartbeat_seq = $29
-			WHERE id = $1`,
-			hb.AgentID, hb.Address, hb.Region, hb.Pool, hb.Preemptible, nullMS(hb.HeartbeatAt),
+		_, err = tx.exec(ctx, `
+			UPDATE agents SET address = ?, region = ?, pool = ?, preemptible = ?, heartbeat_at = ?,
+				status = ?, reported_status = ?, cpu_total = ?, cpu_used = ?, memory_mb_total = ?,
+				memory_mb_used = ?, memory_mb_committed = ?, memory_admission = ?,
+				memory_mb_admittable = ?, intake_open = ?, memory_pressure = ?, starts_in_flight = ?,
+				sandboxes = ?, ended = ?, version = ?,
+				boot_id = ?, measurement_errors = ?, last_seen = ?, runtime = ?, checkpoint = ?,
+				heartbeat_seq = ?
+			WHERE id = ?`,
+			hb.Address, hb.Region, hb.Pool, hb.Preemptible, nullMS(hb.HeartbeatAt),
 			string(status), string(reported), hb.CPUTotal, hb.CPUUsed, hb.MemoryMiBTotal, hb.MemoryMiBUsed,
 			hb.MemoryMiBCommitted, hb.MemoryAdmission, hb.MemoryMiBAdmittable, hb.IntakeOpen,
-			hb.MemoryPressure, hb.StartsInFlight, hb.NatIDFree, hb.StreamRestoreEnabled, held, ended,
-			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint, hb.Seq)
+			hb.MemoryPressure, hb.StartsInFlight, held, ended,
+			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint, hb.Seq, hb.AgentID)
 		if err != nil {
-			return fmt.Errorf("postgres: heartbeat of %q: %w", hb.AgentID, err)
+			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
 		ev := berth.Event{At: now, Entity: actor, Actor: actor}
 		switch {
@@ -110,29 +110,29 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 			ev.From, ev.To, ev.Reason = oldStatus, string(status), "heartbeat"
 		}
 		if ev.Reason != "" {
-			if err := insertEvent(ctx, tx, ev); err != nil {
+			if err := s.insertEvent(ctx, tx, ev); err != nil {
 				return err
 			}
-			if err := notifyAgent(ctx, tx, hb.AgentID); err != nil {
+			if err := s.d.NotifyAgent(ctx, tx, hb.AgentID); err != nil {
 				return err
 			}
 		}
 		if known && oldBoot != hb.BootID {
 			ev.From, ev.To, ev.Reason = oldBoot, hb.BootID, "agent restarted"
-			if err := insertEvent(ctx, tx, ev); err != nil {
+			if err := s.insertEvent(ctx, tx, ev); err != nil {
 				return err
 			}
-			if err := loseUnheld(ctx, tx, hb, actor, now); err != nil {
+			if err := s.loseUnheld(ctx, tx, hb, actor, now); err != nil {
 				return err
 			}
 		}
-		if err := applyEnded(ctx, tx, hb, actor, now); err != nil {
+		if err := s.applyEnded(ctx, tx, hb, actor, now); err != nil {
 			return err
 		}
-		if err := promoteRunning(ctx, tx, hb, actor, now); err != nil {
+		if err := s.promoteRunning(ctx, tx, hb, actor, now); err != nil {
 			return err
 		}
-		netted, err = netReservations(ctx, tx, hb, actor, now)
+		netted, err = s.netReservations(ctx, tx, hb, actor, now)
 		return err
 	})
 	if err != nil {
@@ -144,23 +144,23 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 // applyEnded moves the sandboxes hb.Ended lists to their terminal states. Each row is locked
 // before its owner is judged, so a sandbox a concurrent MoveSandbox hands to another agent is
 // not ended by its former one (PAUSE-1, SPOT-3).
-func applyEnded(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor string, now time.Time) error {
+func (s *Store) applyEnded(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) error {
 	for _, e := range hb.Ended {
 		if !e.State.Terminal() {
 			continue
 		}
 		var owner string
-		err := tx.QueryRow(ctx, `SELECT agent_id FROM sandboxes WHERE id = $1 FOR UPDATE`, e.ID).Scan(&owner)
-		if errors.Is(err, pgx.ErrNoRows) {
+		err := tx.queryRow(ctx, `SELECT agent_id FROM sandboxes WHERE id = ?`+s.d.ForUpdate, e.ID).Scan(&owner)
+		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("postgres: ended sandbox %q: %w", e.ID, err)
+			return s.errorf("ended sandbox %q: %w", e.ID, err)
 		}
 		if owner != hb.AgentID {
 			continue
 		}
-		if _, err := transitionTx(ctx, tx, e.ID, nil, e.State, nil, e.Reason, actor, now); err != nil {
+		if _, err := s.transitionTx(ctx, tx, e.ID, nil, e.State, nil, e.Reason, actor, now); err != nil {
 			return err
 		}
 	}
@@ -172,7 +172,7 @@ func applyEnded(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor string
 // replica that was starting or resuming it (LIF-1, PAUSE-1). It reads only the agent's
 // starting and resuming rows (usually none), not every listed sandbox, and locks them, so a
 // row a concurrent MoveSandbox hands to another agent is re-read and skipped.
-func promoteRunning(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor string, now time.Time) error {
+func (s *Store) promoteRunning(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) error {
 	if len(hb.Sandboxes) == 0 {
 		return nil
 	}
@@ -180,16 +180,16 @@ func promoteRunning(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor st
 	for _, h := range hb.Sandboxes {
 		listed[h.ID] = !h.Starting // a guest still starting (or restoring) does not run yet
 	}
-	ids, err := queryIDs(ctx, tx, `SELECT id FROM sandboxes WHERE agent_id = $1 AND state = ANY($2) ORDER BY id FOR UPDATE`,
-		hb.AgentID, promotedStates)
+	ids, err := s.queryIDs(ctx, tx, `SELECT id FROM sandboxes WHERE agent_id = ? AND state IN `+inPromoted+` ORDER BY id`+s.d.ForUpdate,
+		append([]any{hb.AgentID}, promotedStates...)...)
 	if err != nil {
-		return fmt.Errorf("postgres: promote for %q: %w", hb.AgentID, err)
+		return s.errorf("promote for %q: %w", hb.AgentID, err)
 	}
 	for _, id := range ids {
 		if !listed[id] {
 			continue
 		}
-		if _, err := transitionTx(ctx, tx, id, promotedFrom, berth.SandboxRunning, nil,
+		if _, err := s.transitionTx(ctx, tx, id, promotedFrom, berth.SandboxRunning, nil,
 			"agent reports it running", actor, now); err != nil {
 			return err
 		}
@@ -198,31 +198,32 @@ func promoteRunning(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor st
 }
 
 // promotedFrom lists the states a listed sandbox leaves for running (promoteRunning), and
-// promotedStates the same for "= ANY($n)".
+// promotedStates the same for SQL IN clauses (inPromoted).
 var (
 	promotedFrom   = []berth.SandboxState{berth.SandboxStarting, berth.SandboxResuming}
-	promotedStates = []string{string(berth.SandboxStarting), string(berth.SandboxResuming)}
+	promotedStates = []any{string(berth.SandboxStarting), string(berth.SandboxResuming)}
+	inPromoted     = "(" + placeholders(len(promotedStates)) + ")"
 )
 
 // loseUnheld marks lost every live sandbox the store assigns to a restarted agent that its
 // first heartbeat after the restart does not list (AGT-6): a new boot holds nothing the
 // old one did not hand over, so "running" would be a lie. The rows are locked as they are
 // read, so one a concurrent MoveSandbox hands to another agent (or pauses) is skipped.
-func loseUnheld(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor string, now time.Time) error {
+func (s *Store) loseUnheld(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) error {
 	listed := make(map[string]bool, len(hb.Sandboxes))
 	for _, h := range hb.Sandboxes {
 		listed[h.ID] = true
 	}
-	ids, err := queryIDs(ctx, tx, `SELECT id FROM sandboxes WHERE agent_id = $1 AND NOT (state = ANY($2)) ORDER BY id FOR UPDATE`,
-		hb.AgentID, terminalStates)
+	ids, err := s.queryIDs(ctx, tx, `SELECT id FROM sandboxes WHERE agent_id = ? AND state NOT IN `+inTerminal+` ORDER BY id`+s.d.ForUpdate,
+		append([]any{hb.AgentID}, terminalStates...)...)
 	if err != nil {
-		return fmt.Errorf("postgres: reconcile %q: %w", hb.AgentID, err)
+		return s.errorf("reconcile %q: %w", hb.AgentID, err)
 	}
 	for _, id := range ids {
 		if listed[id] {
 			continue
 		}
-		if _, err := transitionTx(ctx, tx, id, nil, berth.SandboxLost, nil, "agent restarted without it", actor, now); err != nil {
+		if _, err := s.transitionTx(ctx, tx, id, nil, berth.SandboxLost, nil, "agent restarted without it", actor, now); err != nil {
 			return err
 		}
 	}
@@ -231,18 +232,18 @@ func loseUnheld(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor string
 
 // netReservations implements LED-4 for one heartbeat and returns how many reservations it
 // released.
-func netReservations(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
+func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
 	listed := make(map[string]bool, len(hb.Sandboxes))
 	for _, h := range hb.Sandboxes {
 		listed[h.ID] = true
 	}
-	rows, err := tx.Query(ctx, `
+	rows, err := tx.query(ctx, `
 		SELECT r.id, r.agent_id, r.sandbox_id, COALESCE(s.state, '')
 		FROM reservations r LEFT JOIN sandboxes s ON s.id = r.sandbox_id
-		WHERE r.agent_id = $1 OR s.state = ANY($2)
-		ORDER BY r.id`, hb.AgentID, terminalStates)
+		WHERE r.agent_id = ? OR s.state IN `+inTerminal+`
+		ORDER BY r.id`, append([]any{hb.AgentID}, terminalStates...)...)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: netting for %q: %w", hb.AgentID, err)
+		return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
 	}
 	reasons := map[string]string{}
 	var ids []string
@@ -250,7 +251,7 @@ func netReservations(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor s
 		var id, agent, sid, state string
 		if err := rows.Scan(&id, &agent, &sid, &state); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("postgres: netting for %q: %w", hb.AgentID, err)
+			return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
 		}
 		switch {
 		case agent == hb.AgentID && sid != "" && listed[sid]:
@@ -264,12 +265,13 @@ func netReservations(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor s
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("postgres: netting for %q: %w", hb.AgentID, err)
+		return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
 	}
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	gone, err := dropReservations(ctx, tx, `DELETE FROM reservations WHERE id = ANY($1) RETURNING id`, []any{ids},
+	cond, args := s.in("id", ids)
+	gone, err := s.dropReservations(ctx, tx, `DELETE FROM reservations WHERE `+cond+` RETURNING id`, args,
 		func(id string) berth.Event {
 			return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resNetted, Reason: reasons[id], Actor: actor}
 		})
@@ -278,13 +280,13 @@ func netReservations(ctx context.Context, tx pgx.Tx, hb berth.Heartbeat, actor s
 
 // oomEvents writes an event for every sandbox in which the kernel OOM killer struck since the
 // agent's previous heartbeat (C09): the sandbox may live on, but it must not go unseen.
-func oomEvents(ctx context.Context, tx pgx.Tx, oldHeld []byte, hb berth.Heartbeat, actor string, now time.Time) error {
+func (s *Store) oomEvents(ctx context.Context, tx *Tx, oldHeld []byte, hb berth.Heartbeat, actor string, now time.Time) error {
 	var before []berth.HeldSandbox
 	if len(oldHeld) > 0 {
 		_ = json.Unmarshal(oldHeld, &before) // an unreadable old list only means no baseline
 	}
 	for id, n := range berth.NewOOMKills(before, hb.Sandboxes) {
-		if err := insertEvent(ctx, tx, berth.Event{At: now, Entity: "sandbox/" + id, From: string(berth.SandboxRunning),
+		if err := s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "sandbox/" + id, From: string(berth.SandboxRunning),
 			To: "oom_kill", Reason: fmt.Sprintf("the kernel OOM killer killed %d process(es) in it", n), Actor: actor}); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"database/sql"
 
 	"github.com/berth-dev/berth"
 )
@@ -42,51 +42,52 @@ const SweeperActor = "ledger-sweeper"
 // different agents run in parallel. Heartbeats update the same row and so queue behind it
 // (and it behind them), which also makes a new admittable figure and the sum consistent.
 // Releases, netting and sweeps only lower the sum and take no agent lock: racing one can only
-// make a check conservative for one transaction.
+// make a check conservative for one transaction. In SQLite the lock is the write
+// transaction's own (IMMEDIATE: one writer at a time) and Dialect.ForUpdate is empty.
 func (s *Store) Reserve(ctx context.Context, r berth.Reservation, now time.Time) (bool, error) {
 	switch {
 	case r.ID == "" || r.AgentID == "":
-		return false, fmt.Errorf("postgres: reserve: reservation needs an id and an agent (got %q, %q)", r.ID, r.AgentID)
+		return false, s.errorf("reserve: reservation needs an id and an agent (got %q, %q)", r.ID, r.AgentID)
 	case r.MiB < 0:
-		return false, fmt.Errorf("postgres: reserve %q: negative MiB %d", r.ID, r.MiB)
+		return false, s.errorf("reserve %q: negative MiB %d", r.ID, r.MiB)
 	case r.ExpiresAt.IsZero():
-		return false, fmt.Errorf("postgres: reserve %q: no expiry (LED-2)", r.ID)
+		return false, s.errorf("reserve %q: no expiry (LED-2)", r.ID)
 	}
 	created := r.CreatedAt
 	if created.IsZero() {
 		created = now
 	}
 	var took bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		took = false
 		var admittable int64
-		err := tx.QueryRow(ctx, `SELECT memory_mb_admittable FROM agents WHERE id = $1 FOR UPDATE`, r.AgentID).
+		err := tx.queryRow(ctx, `SELECT memory_mb_admittable FROM agents WHERE id = ?`+s.d.ForUpdate, r.AgentID).
 			Scan(&admittable)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("postgres: reserve %q: %w", r.ID, err)
+			return s.errorf("reserve %q: %w", r.ID, err)
 		}
 		if r.MiB > 0 {
 			var pending int64
-			if err := tx.QueryRow(ctx,
-				`SELECT COALESCE(SUM(mib), 0)::BIGINT FROM reservations WHERE agent_id = $1 AND expires_at > $2`,
+			if err := tx.queryRow(ctx,
+				`SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`,
 				r.AgentID, ms(now)).Scan(&pending); err != nil {
-				return fmt.Errorf("postgres: reserve %q: %w", r.ID, err)
+				return s.errorf("reserve %q: %w", r.ID, err)
 			}
 			if admittable-pending < r.MiB {
 				return nil
 			}
 		}
-		if _, err := tx.Exec(ctx, `
+		if _, err := tx.exec(ctx, `
 			INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt)); err != nil {
-			return fmt.Errorf("postgres: reserve %q: %w", r.ID, err)
+			return s.errorf("reserve %q: %w", r.ID, err)
 		}
 		took = true
-		return insertEvent(ctx, tx, berth.Event{
+		return s.insertEvent(ctx, tx, berth.Event{
 			At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
 			Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner),
 			Actor:  r.Owner,
@@ -103,18 +104,18 @@ func (s *Store) Reserve(ctx context.Context, r berth.Reservation, now time.Time)
 // with the wall clock.
 func (s *Store) Release(ctx context.Context, id string) (bool, error) {
 	var gone bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		gone = false
 		var owner string
-		err := tx.QueryRow(ctx, `DELETE FROM reservations WHERE id = $1 RETURNING owner`, id).Scan(&owner)
-		if errors.Is(err, pgx.ErrNoRows) {
+		err := tx.queryRow(ctx, `DELETE FROM reservations WHERE id = ? RETURNING owner`, id).Scan(&owner)
+		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("postgres: release %q: %w", id, err)
+			return s.errorf("release %q: %w", id, err)
 		}
 		gone = true
-		return insertEvent(ctx, tx, berth.Event{
+		return s.insertEvent(ctx, tx, berth.Event{
 			At: time.Now(), Entity: "reservation/" + id, From: resHeld, To: resReleased,
 			Reason: "released by owner", Actor: owner,
 		})
@@ -131,27 +132,28 @@ func (s *Store) Release(ctx context.Context, id string) (bool, error) {
 // that Reserve saw expired cannot come back to count next to the one Reserve then took.
 func (s *Store) Renew(ctx context.Context, id string, expiresAt, now time.Time) (bool, error) {
 	var held bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		held = false
 		var agent string
-		err := tx.QueryRow(ctx, `SELECT agent_id FROM reservations WHERE id = $1`, id).Scan(&agent)
-		if errors.Is(err, pgx.ErrNoRows) {
+		err := tx.queryRow(ctx, `SELECT agent_id FROM reservations WHERE id = ?`, id).Scan(&agent)
+		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("postgres: renew %q: %w", id, err)
+			return s.errorf("renew %q: %w", id, err)
 		}
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM agents WHERE id = $1 FOR UPDATE`, agent); err != nil {
-			return fmt.Errorf("postgres: renew %q: %w", id, err)
+		if _, err := tx.exec(ctx, `SELECT 1 FROM agents WHERE id = ?`+s.d.ForUpdate, agent); err != nil {
+			return s.errorf("renew %q: %w", id, err)
 		}
-		tag, err := tx.Exec(ctx,
-			`UPDATE reservations SET expires_at = GREATEST(expires_at, $1) WHERE id = $2 AND expires_at > $3`,
+		tag, err := tx.exec(ctx,
+			`UPDATE reservations SET expires_at = `+s.d.Greatest+`(expires_at, ?) WHERE id = ? AND expires_at > ?`,
 			ms(expiresAt), id, ms(now))
 		if err != nil {
-			return fmt.Errorf("postgres: renew %q: %w", id, err)
+			return s.errorf("renew %q: %w", id, err)
 		}
-		held = tag.RowsAffected() == 1
-		return nil
+		n, err := tag.RowsAffected()
+		held = n == 1
+		return err
 	})
 	return held, err
 }
@@ -159,10 +161,10 @@ func (s *Store) Renew(ctx context.Context, id string, expiresAt, now time.Time) 
 // Pending returns Σ MiB of reservations unexpired at now, per agent id; agents without any
 // are absent.
 func (s *Store) Pending(ctx context.Context, now time.Time) (map[string]int64, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT agent_id, SUM(mib)::BIGINT FROM reservations WHERE expires_at > $1 GROUP BY agent_id`, ms(now))
+	rows, err := s.pool().query(ctx,
+		`SELECT agent_id, CAST(SUM(mib) AS BIGINT) FROM reservations WHERE expires_at > ? GROUP BY agent_id`, ms(now))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: pending: %w", err)
+		return nil, s.errorf("pending: %w", err)
 	}
 	defer rows.Close()
 	out := map[string]int64{}
@@ -170,23 +172,23 @@ func (s *Store) Pending(ctx context.Context, now time.Time) (map[string]int64, e
 		var agent string
 		var mib int64
 		if err := rows.Scan(&agent, &mib); err != nil {
-			return nil, fmt.Errorf("postgres: pending: %w", err)
+			return nil, s.errorf("pending: %w", err)
 		}
 		out[agent] = mib
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: pending: %w", err)
+		return nil, s.errorf("pending: %w", err)
 	}
 	return out, nil
 }
 
 // Reservations lists every reservation, expired or not, oldest first.
 func (s *Store) Reservations(ctx context.Context) ([]berth.Reservation, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.pool().query(ctx, `
 		SELECT id, agent_id, sandbox_id, mib, owner, created_at, expires_at
 		FROM reservations ORDER BY created_at, id`)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: reservations: %w", err)
+		return nil, s.errorf("reservations: %w", err)
 	}
 	defer rows.Close()
 	out := []berth.Reservation{}
@@ -194,13 +196,13 @@ func (s *Store) Reservations(ctx context.Context) ([]berth.Reservation, error) {
 		var r berth.Reservation
 		var created, expires int64
 		if err := rows.Scan(&r.ID, &r.AgentID, &r.SandboxID, &r.MiB, &r.Owner, &created, &expires); err != nil {
-			return nil, fmt.Errorf("postgres: reservations: %w", err)
+			return nil, s.errorf("reservations: %w", err)
 		}
 		r.CreatedAt, r.ExpiresAt = fromMS(created), fromMS(expires)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: reservations: %w", err)
+		return nil, s.errorf("reservations: %w", err)
 	}
 	return out, nil
 }
@@ -210,9 +212,9 @@ func (s *Store) Reservations(ctx context.Context) ([]berth.Reservation, error) {
 // may sweep at once: a row goes, with its event, in exactly one of them.
 func (s *Store) SweepReservations(ctx context.Context, now time.Time) (int, error) {
 	var swept int
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx *Tx) error {
 		var err error
-		swept, err = dropReservations(ctx, tx, `DELETE FROM reservations WHERE expires_at <= $1 RETURNING id`,
+		swept, err = s.dropReservations(ctx, tx, `DELETE FROM reservations WHERE expires_at <= ? RETURNING id`,
 			[]any{ms(now)}, func(id string) berth.Event {
 				return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resExpired, Reason: "ttl elapsed", Actor: SweeperActor}
 			})
@@ -226,8 +228,8 @@ func (s *Store) SweepReservations(ctx context.Context, now time.Time) (int, erro
 
 // releaseSandboxReservations deletes every reservation of sandbox sid, each with the event
 // held → released and the reason "sandbox <state>"; a terminal transition calls it.
-func releaseSandboxReservations(ctx context.Context, tx pgx.Tx, sid string, state berth.SandboxState, actor string, now time.Time) error {
-	_, err := dropReservations(ctx, tx, `DELETE FROM reservations WHERE sandbox_id = $1 RETURNING id`, []any{sid},
+func (s *Store) releaseSandboxReservations(ctx context.Context, tx *Tx, sid string, state berth.SandboxState, actor string, now time.Time) error {
+	_, err := s.dropReservations(ctx, tx, `DELETE FROM reservations WHERE sandbox_id = ? RETURNING id`, []any{sid},
 		func(id string) berth.Event {
 			return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resReleased, Reason: "sandbox " + string(state), Actor: actor}
 		})
@@ -236,14 +238,14 @@ func releaseSandboxReservations(ctx context.Context, tx pgx.Tx, sid string, stat
 
 // dropReservations runs del, a DELETE … RETURNING id, and writes event(id) for every row that
 // went, in id order. It returns how many went.
-func dropReservations(ctx context.Context, tx pgx.Tx, del string, args []any, event func(id string) berth.Event) (int, error) {
-	ids, err := queryIDs(ctx, tx, del, args...)
+func (s *Store) dropReservations(ctx context.Context, tx *Tx, del string, args []any, event func(id string) berth.Event) (int, error) {
+	ids, err := s.queryIDs(ctx, tx, del, args...)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: delete reservations: %w", err)
+		return 0, s.errorf("delete reservations: %w", err)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if err := insertEvent(ctx, tx, event(id)); err != nil {
+		if err := s.insertEvent(ctx, tx, event(id)); err != nil {
 			return 0, err
 		}
 	}
@@ -252,14 +254,19 @@ func dropReservations(ctx context.Context, tx pgx.Tx, del string, args []any, ev
 
 // queryIDs runs a query whose rows are one string each and collects them (so the caller may
 // write while holding the result).
-func queryIDs(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]string, error) {
-	rows, err := tx.Query(ctx, query, args...)
+func (s *Store) queryIDs(ctx context.Context, tx *Tx, query string, args ...any) ([]string, error) {
+	rows, err := tx.query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
 	}
-	return ids, nil
+	return ids, rows.Err()
 }

@@ -1,0 +1,311 @@
+// Package sqlstore is the one implementation of berth.Store's query logic, shared by
+// store/sqlite (modernc SQLite through database/sql, SQLDB) and store/postgres (pgx natively,
+// through its own adapter). The shared code runs on a tiny query interface (Querier: Exec,
+// Query, QueryRow; DB adds Begin) and a Dialect for what really differs between the two
+// databases: placeholders, row locks, GREATEST/MAX, array arguments, the agent-change
+// notification (PostgreSQL NOTIFY in the transaction, SQLite an in-process fan-out after the
+// commit), retryable aborts and the ping timeout. store/storetest pins the behaviour on both.
+//
+// Queries are written once with '?' placeholders; the dialect rebinds them ('$1', '$2', … for
+// PostgreSQL, cached per query text). Shared schema conventions: timestamps are BIGINT/INTEGER
+// unix milliseconds UTC (NULL = unset), booleans are bound as Go bools (SQLite stores 0/1),
+// lists and maps are JSON text (JSONB in PostgreSQL).
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store/internal/evlog"
+	"github.com/pressly/goose/v3"
+)
+
+// Dialect is what differs between the SQL databases behind a Store.
+type Dialect struct {
+	// Name prefixes error messages ("sqlite", "postgres").
+	Name string
+	// Rebind turns a query written with '?' placeholders into the database's own; nil keeps
+	// the query as written.
+	Rebind func(query string) string
+	// ForUpdate is appended to a SELECT whose rows a transaction is about to change (" FOR
+	// UPDATE" in PostgreSQL, so replicas serialise on the row, LED-1; "" where a write
+	// transaction already holds the whole database, as in SQLite).
+	ForUpdate string
+	// ArrayArgs says the driver takes a Go slice as one array argument, so "col = ANY(?)"
+	// matches a list of any length with one query text (PostgreSQL: one prepared statement,
+	// not one per list length); without it lists are expanded into "col IN (?, ?, …)".
+	ArrayArgs bool
+	// Greatest is the SQL function of the larger of two values ("GREATEST" or "MAX").
+	Greatest string
+	// NotifyAgent announces that agent id changed (PLC-5) from inside tx: it is delivered
+	// after tx commits and never if it rolls back.
+	NotifyAgent func(ctx context.Context, tx *Tx, id string) error
+	// PingTimeout bounds Ping, so a server that does not answer fails it fast; 0: none.
+	PingTimeout time.Duration
+	// Retryable reports whether a transaction that failed with err may be run again
+	// (deadlock or serialisation victims); nil: never.
+	Retryable func(err error) bool
+}
+
+// txAttempts is how many times a transaction aborted with a Retryable error is run in all.
+const txAttempts = 5
+
+// Querier is the tiny query interface the shared code runs on, implemented by a database and
+// by a transaction of it. Queries come already rebound to the database's placeholders.
+// QueryRow's Scan must return sql.ErrNoRows (or an error wrapping it) when no row matched.
+type Querier interface {
+	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+	QueryRow(ctx context.Context, query string, args ...any) Row
+}
+
+// Rows is a result set being read.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Row is the result of QueryRow.
+type Row interface{ Scan(dest ...any) error }
+
+// DB is a database: queries, transactions, and its closing.
+type DB interface {
+	Querier
+	Begin(ctx context.Context) (TxConn, error)
+	Close() error
+}
+
+// TxConn is one open transaction of a DB.
+type TxConn interface {
+	Querier
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Store implements berth.Store (except what a backend adds, such as WatchAgents) on a DB. It
+// is safe for concurrent use.
+type Store struct {
+	db     DB
+	d      Dialect
+	events evlog.Hook // LogEvents
+}
+
+// New returns the Store over db speaking dialect d. The caller migrates db; Close closes it.
+func New(db DB, d Dialect) *Store {
+	if d.Rebind == nil {
+		d.Rebind = func(q string) string { return q }
+	}
+	if d.NotifyAgent == nil {
+		d.NotifyAgent = func(context.Context, *Tx, string) error { return nil }
+	}
+	return &Store{db: db, d: d}
+}
+
+// LogEvents implements berth.EventLogger: fn sees every event after its commit.
+func (s *Store) LogEvents(fn func(berth.Event)) { s.events.Set(fn) }
+
+// errorf is fmt.Errorf with the dialect's name in front.
+func (s *Store) errorf(format string, args ...any) error {
+	return fmt.Errorf(s.d.Name+": "+format, args...)
+}
+
+// conn runs '?' queries on a database or a transaction, rebinding them for the dialect.
+type conn struct {
+	q      Querier
+	rebind func(string) string
+}
+
+func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return c.q.Exec(ctx, c.rebind(query), args...)
+}
+
+func (c conn) query(ctx context.Context, query string, args ...any) (Rows, error) {
+	return c.q.Query(ctx, c.rebind(query), args...)
+}
+
+func (c conn) queryRow(ctx context.Context, query string, args ...any) Row {
+	return c.q.QueryRow(ctx, c.rebind(query), args...)
+}
+
+// pool is the Store's database as a conn.
+func (s *Store) pool() conn { return conn{q: s.db, rebind: s.d.Rebind} }
+
+// Tx is one write transaction of a Store.
+type Tx struct {
+	conn
+	after []func() // run in order after the commit
+}
+
+// Exec runs a '?' statement in the transaction (for dialects).
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := t.exec(ctx, query, args...)
+	return err
+}
+
+// AfterCommit queues fn to run once the transaction has committed (never after a rollback).
+func (t *Tx) AfterCommit(fn func()) { t.after = append(t.after, fn) }
+
+// inTx runs fn in one write transaction, committing when fn returns nil. A transaction the
+// dialect calls Retryable is run again, up to txAttempts times in all, so fn must set its
+// results afresh on every run.
+func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.tryTx(ctx, fn)
+		if err == nil || attempt == txAttempts || s.d.Retryable == nil || !s.d.Retryable(err) {
+			return err
+		}
+	}
+}
+
+// tryTx is one run of inTx.
+func (s *Store) tryTx(ctx context.Context, fn func(tx *Tx) error) error {
+	dbTx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.errorf("begin: %w", err)
+	}
+	tx := &Tx{conn: conn{q: dbTx, rebind: s.d.Rebind}}
+	done := s.events.Begin(tx) // per attempt: a retried transaction logs once
+	if err := fn(tx); err != nil {
+		_ = dbTx.Rollback(ctx)
+		done(false)
+		return err
+	}
+	if err := dbTx.Commit(ctx); err != nil {
+		done(false)
+		return s.errorf("commit: %w", err)
+	}
+	done(true)
+	for _, f := range tx.after {
+		f()
+	}
+	return nil
+}
+
+// insertEvent appends e to the event log inside tx (LIF-3).
+func (s *Store) insertEvent(ctx context.Context, tx *Tx, e berth.Event) error {
+	_, err := tx.exec(ctx,
+		`INSERT INTO events (at, entity, from_state, to_state, reason, actor) VALUES (?, ?, ?, ?, ?, ?)`,
+		ms(e.At), e.Entity, e.From, e.To, e.Reason, e.Actor)
+	if err != nil {
+		return s.errorf("event %s: %w", e.Entity, err)
+	}
+	evlog.Add(tx, e)
+	return nil
+}
+
+// scanner is what Row and Rows have in common.
+type scanner interface{ Scan(dest ...any) error }
+
+// ms is t as unix milliseconds.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// nullMS is t as unix milliseconds, or NULL for the zero time.
+func nullMS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// fromMS turns unix milliseconds into a UTC time.
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// fromNullMS turns nullable unix milliseconds into a UTC time; NULL is the zero time.
+func fromNullMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMS(v.Int64)
+}
+
+// jsonText marshals v for a JSON column.
+func (s *Store) jsonText(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", s.errorf("encode json: %w", err)
+	}
+	return string(b), nil
+}
+
+// limitOr returns n, or def when n is not positive.
+func limitOr(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
+
+// defaultLimit is the row limit of list calls whose filter leaves Limit at 0.
+const defaultLimit = 1000
+
+// placeholders returns "?, ?, …" with n marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// in returns the condition "col is one of vals" and its arguments, in the dialect's form
+// (see Dialect.ArrayArgs). vals must not be empty.
+func (s *Store) in(col string, vals []string) (string, []any) {
+	if s.d.ArrayArgs {
+		return col + " = ANY(?)", []any{vals}
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return col + " IN (" + placeholders(len(vals)) + ")", args
+}
+
+// terminalStates lists the terminal sandbox states (LIF-1) for SQL IN clauses.
+var terminalStates = func() []any {
+	var out []any
+	for _, st := range berth.SandboxStates {
+		if st.Terminal() {
+			out = append(out, string(st))
+		}
+	}
+	return out
+}()
+
+// inTerminal is "(?, ?, …)" with one mark per terminal state, to follow "state IN" or
+// "state NOT IN".
+var inTerminal = "(" + placeholders(len(terminalStates)) + ")"
+
+// Migrate applies the migrations in dir (goose SQL files, in the given goose dialect) that
+// db has not seen yet; name prefixes errors.
+func Migrate(ctx context.Context, name string, db *sql.DB, dialect goose.Dialect, dir fs.FS) error {
+	p, err := goose.NewProvider(dialect, db, dir, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("%s: migrations: %w", name, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("%s: migrate: %w", name, err)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks that the database answers a query (for /readyz), giving up after the
+// dialect's PingTimeout (0: only when ctx ends).
+func (s *Store) Ping(ctx context.Context) error {
+	if s.d.PingTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.d.PingTimeout)
+		defer cancel()
+	}
+	var one int
+	if err := s.db.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return s.errorf("ping: %w", err)
+	}
+	return nil
+}
