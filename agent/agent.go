@@ -30,7 +30,8 @@ import (
 
 // Runtime is what the agent needs from a runtime driver (AGT-3). Implementations:
 // agent/runtime/gvisor (the default where runsc is installed), agent/runtime/process and
-// agent/runtime/noop (benchmarks), adapted in this package.
+// agent/runtime/noop (benchmarks). The drivers import this package, never the reverse
+// (TestAgentImportsNoDriver); cmd/berth picks one and passes it to New.
 type Runtime interface {
 	// Start starts a sandbox and returns once it serves.
 	Start(ctx context.Context, s Spec) error

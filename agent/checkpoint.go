@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/evacuate"
 	"github.com/berth-dev/berth/internal/httpjson"
+	"github.com/berth-dev/berth/snapshot"
 )
 
 // Checkpoint saves sandbox id — processes, memory, its /tmp — into the snapshot store under
@@ -92,7 +92,7 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 	res.ImageBytes = dirBytes(dir)
 
 	start = time.Now()
-	st, err := evacuate.WriteDir(ctx, a.cfg.SnapshotStore, image, dir)
+	st, err := snapshot.WriteDir(ctx, a.cfg.SnapshotStore, image, dir)
 	if err != nil {
 		// The guest is stopped but its image is here: bring it back rather than lose it.
 		vol, _ := a.volumeDir(spec.Volume)
@@ -155,8 +155,8 @@ func (a *Agent) restore(ctx context.Context, s Spec, image string) error {
 	}
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	if _, err := evacuate.ReadDir(ctx, a.cfg.SnapshotStore, image, dir); err != nil {
-		if errors.Is(err, evacuate.ErrNoImage) {
+	if _, err := snapshot.ReadDir(ctx, a.cfg.SnapshotStore, image, dir); err != nil {
+		if errors.Is(err, snapshot.ErrNoImage) {
 			return berth.Errorf(berth.ENotFound, "no image %s in the snapshot store", image)
 		}
 		return berth.Errorf(berth.EUnavailable, "fetch image %s: %v", image, err)

@@ -34,7 +34,6 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		IntakeOpen:          a.intakeOpenLocked(),
 		MemoryPressure:      a.pressure,
 		StartsInFlight:      len(a.starts),
-		NatIDFree:           natIDSlots - len(a.guests),
 		Version:             a.cfg.Version,
 		BootID:              a.bootID,
 		MeasurementErrors:   a.measureErrs,
@@ -57,9 +56,6 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 	}
 	return hb
 }
-
-// natIDSlots is the per-host network slot space (AGT-4): 16,384 /30 subnets.
-const natIDSlots = 16384
 
 func (a *Agent) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HeartbeatInterval)

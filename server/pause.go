@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/evacuate"
 	"github.com/berth-dev/berth/internal/httpjson"
+	"github.com/berth-dev/berth/snapshot"
 )
 
 // pauseSandbox is POST /v1/sandboxes/{id}/pause (PAUSE-1): the sandbox's agent checkpoints
@@ -167,7 +167,7 @@ func (s *Server) deleteImages(ctx context.Context, prefix string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := evacuate.DeletePrefix(ctx, s.cfg.Snapshots, prefix); err != nil {
+	if err := snapshot.DeletePrefix(ctx, s.cfg.Snapshots, prefix); err != nil {
 		s.log.Warn("could not delete snapshot images", "prefix", prefix, "err", err)
 	}
 }

@@ -29,7 +29,7 @@ type Scenario struct {
 	MaxHosts    int           // hosts tried per create (PLC-7, default 3)
 
 	// Retry makes a refused create retry like the SDK (SDK-1): Retry-After when RetryAfter
-	// (the server's API-3 estimate), else full jitter over client.Backoff; until SDKDeadline
+	// (the server's API-3 estimate), else full jitter over berth.Backoff; until SDKDeadline
 	// (default 90 s). Without Retry a refused create is dropped.
 	Retry       bool
 	RetryAfter  bool

@@ -186,7 +186,7 @@ func TestSIM1_CordonDelayVsCache(t *testing.T) {
 }
 
 // TestSIM1_RetriesWithSDKBackoff: a refused create retries in virtual time with the server's
-// Retry-After or the SDK's full jitter (client.Backoff, SDK-1) and mostly succeeds once room
+// Retry-After or the SDK's full jitter (berth.Backoff, SDK-1) and mostly succeeds once room
 // frees up; time from first refusal to success stays inside the SDK's 90 s deadline. Without
 // retries every refusal is final.
 func TestSIM1_RetriesWithSDKBackoff(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
-	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/placement"
 )
 
@@ -114,7 +113,7 @@ func (e *engine) refuse(c int32, d placement.Decision) {
 		if e.s.RetryAfter {
 			wait = e.retryAfter(code)
 		} else {
-			wait = int64(e.rng.float() * float64(client.Backoff(int(cr.attempt)-1, 0, 0))) // full jitter (SDK-1)
+			wait = int64(e.rng.float() * float64(berth.Backoff(int(cr.attempt)-1, 0, 0))) // full jitter (SDK-1)
 		}
 		if e.now+wait <= cr.first+int64(e.s.SDKDeadline) {
 			e.q.push(e.now+wait, evAttempt, c)

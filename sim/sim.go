@@ -9,7 +9,7 @@
 // heartbeats; sandboxes whose resident memory follows a Workload; the pressure gate
 // (admission.PressureGate) and the agent's eviction policy; kernel OOM kills; host losses with
 // and without a preemption notice, evacuated by evacuate.Triage; and creates retried with the
-// SDK's backoff (client.Backoff) or the server's Retry-After. Compare runs several policies
+// SDK's backoff (berth.Backoff) or the server's Retry-After. Compare runs several policies
 // side by side; Run, Burst and Replay are fixed configurations of the engine.
 package sim
 

@@ -86,7 +86,7 @@ func (r runtimeFlags) open(dir string, log *slog.Logger) (rt agent.Runtime, clos
 			return nil, nil, "", err
 		}
 		log.Info("sandbox runtime: gvisor", "why", why, "platform", g.Platform(), "runsc", g.Version())
-		return agent.GVisorRuntime(g), g.Close, fmt.Sprintf("gvisor (%s; platform %s; pause and resume available)", why, g.Platform()), nil
+		return gvisor.AgentRuntime(g), g.Close, fmt.Sprintf("gvisor (%s; platform %s; pause and resume available)", why, g.Platform()), nil
 	default:
 		p, err := process.New(process.Config{Dir: dir, Insecure: r.Insecure, TmpMiB: r.TmpMiB,
 			PidsLimit: r.PidsLimit, Rootfs: rootfs, Logger: log})
@@ -100,7 +100,7 @@ func (r runtimeFlags) open(dir string, log *slog.Logger) (rt agent.Runtime, clos
 			about = "process WITHOUT isolation (--insecure): plain processes that see this host; never run untrusted code"
 			log.Warn("sandbox runtime: "+about, "why", why)
 		}
-		return agent.ProcessRuntime(p), p.Close, about, nil
+		return process.AgentRuntime(p), p.Close, about, nil
 	}
 }
 

@@ -157,7 +157,7 @@ func TestServiceAndDial(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("app never answered: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real: an app starting in a gVisor guest
 	}
 	st, err := r.ServiceStatus(ctx, "gv-app")
 	if err != nil || !st.Started || st.Exited {
@@ -171,8 +171,18 @@ func TestCheckpointRestore(t *testing.T) {
 	ctx := context.Background()
 	start(t, r, Spec{ID: "gv-ckpt", Template: "shell", MemoryMiB: 256})
 	run(t, r, "gv-ckpt", "sh", "-c", "echo kept > /tmp/file; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.2; done) >/dev/null 2>&1 &")
-	time.Sleep(time.Second)
-	before := strings.TrimSpace(run(t, r, "gv-ckpt", "cat", "/tmp/counter").Stdout)
+	// The guest's counter is running: it has ticked a few times.
+	var before string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		before = strings.TrimSpace(run(t, r, "gv-ckpt", "sh", "-c", "cat /tmp/counter 2>/dev/null || echo 0").Stdout)
+		if n, _ := strconv.Atoi(before); n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's counter never reached 3: %q", before)
+		}
+		time.Sleep(100 * time.Millisecond) // real: a loop in a gVisor guest, on the guest's clock
+	}
 	img := t.TempDir()
 	if err := r.Checkpoint(ctx, "gv-ckpt", img); err != nil {
 		t.Fatalf("Checkpoint: %v", err)

@@ -48,7 +48,7 @@ func dialWhenUp(t *testing.T, r *Runtime, id string, port int) net.Conn {
 		if berth.ErrorCode(err) != berth.EUpstream || time.Now().After(deadline) {
 			t.Fatalf("Dial(%s, %d): %v", id, port, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real: an app process starting to listen
 	}
 }
 
@@ -67,7 +67,7 @@ func statusWhen(t *testing.T, r *Runtime, id string, ok func(berth.ServiceStatus
 		if time.Now().After(deadline) {
 			t.Fatalf("ServiceStatus(%s) = %+v: the awaited state never came", id, st)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real: an app process's state
 	}
 }
 

@@ -169,7 +169,7 @@ func TestExecTimeout(t *testing.T) {
 			// state (bounded), do not sample it once.
 			pids := sandboxPids(t, r, "sb-timeout")
 			for deadline := time.Now().Add(10 * time.Second); len(pids) != 1 && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // real: the sandbox init reaping a killed process group
 				pids = sandboxPids(t, r, "sb-timeout")
 			}
 			if len(pids) != 1 {
@@ -287,7 +287,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real: sandbox processes
 	}
 }
 

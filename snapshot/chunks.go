@@ -1,4 +1,10 @@
-package evacuate
+// Package snapshot is the snapshot store of SPOT-4 and PAUSE-1: memory images kept as
+// fixed-size, content-addressed chunks with zero chunks skipped (WriteImage, ReadImage),
+// directory images (a runtime's checkpoint: WriteDir, ReadDir) and the deletion of a
+// sandbox's prefix (DeletePrefix), over any gocloud.dev/blob bucket (file://, s3://, gs://,
+// azblob://). It is the only package besides the wiring that links an object-store SDK, so
+// the evacuation triage (package evacuate) stays pure.
+package snapshot
 
 import (
 	"bytes"
@@ -51,7 +57,7 @@ func WriteImage(ctx context.Context, bucket *blob.Bucket, name string, r io.Read
 	for off := int64(0); off < size; off += int64(chunkSize) {
 		n := int(min(int64(chunkSize), size-off))
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return m, st, fmt.Errorf("evacuate: read image %s at %d: %w", name, off, err)
+			return m, st, fmt.Errorf("snapshot: read image %s at %d: %w", name, off, err)
 		}
 		if isZero(buf[:n]) {
 			m.Chunks = append(m.Chunks, "")
@@ -62,12 +68,12 @@ func WriteImage(ctx context.Context, bucket *blob.Bucket, name string, r io.Read
 		key := chunkDomain(name) + "chunks/" + hex.EncodeToString(sum[:])
 		m.Chunks = append(m.Chunks, key)
 		if ok, err := bucket.Exists(ctx, key); err != nil {
-			return m, st, fmt.Errorf("evacuate: chunk %s: %w", key, err)
+			return m, st, fmt.Errorf("snapshot: chunk %s: %w", key, err)
 		} else if ok {
 			continue
 		}
 		if err := bucket.WriteAll(ctx, key, buf[:n], nil); err != nil {
-			return m, st, fmt.Errorf("evacuate: write chunk %s: %w", key, err)
+			return m, st, fmt.Errorf("snapshot: write chunk %s: %w", key, err)
 		}
 		st.BytesMoved += int64(n)
 		st.ChunksMoved++
@@ -77,7 +83,7 @@ func WriteImage(ctx context.Context, bucket *blob.Bucket, name string, r io.Read
 		return m, st, err
 	}
 	if err := bucket.WriteAll(ctx, name+"/manifest.json", b, nil); err != nil {
-		return m, st, fmt.Errorf("evacuate: write manifest of %s: %w", name, err)
+		return m, st, fmt.Errorf("snapshot: write manifest of %s: %w", name, err)
 	}
 	return m, st, nil
 }
@@ -90,14 +96,14 @@ func ReadImage(ctx context.Context, bucket *blob.Bucket, name string, w io.Write
 	var st ChunkStats
 	b, err := bucket.ReadAll(ctx, name+"/manifest.json")
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return m, st, fmt.Errorf("evacuate: image %s: %w", name, ErrNoImage)
+		return m, st, fmt.Errorf("snapshot: image %s: %w", name, ErrNoImage)
 	}
 	if err != nil {
-		return m, st, fmt.Errorf("evacuate: manifest of %s: %w", name, err)
+		return m, st, fmt.Errorf("snapshot: manifest of %s: %w", name, err)
 	}
 	if err := json.Unmarshal(b, &m); err != nil || m.ChunkSize <= 0 || m.Size < 0 ||
 		int64(len(m.Chunks)) != (m.Size+int64(m.ChunkSize)-1)/int64(m.ChunkSize) {
-		return m, st, fmt.Errorf("evacuate: manifest of %s is damaged", name)
+		return m, st, fmt.Errorf("snapshot: manifest of %s is damaged", name)
 	}
 	zeros := make([]byte, m.ChunkSize)
 	for i, key := range m.Chunks {
@@ -107,16 +113,16 @@ func ReadImage(ctx context.Context, bucket *blob.Bucket, name string, w io.Write
 			st.ZeroChunks++
 		} else {
 			if chunk, err = bucket.ReadAll(ctx, key); err != nil {
-				return m, st, fmt.Errorf("evacuate: chunk %d of %s: %w", i, name, err)
+				return m, st, fmt.Errorf("snapshot: chunk %d of %s: %w", i, name, err)
 			}
 			if len(chunk) != n {
-				return m, st, fmt.Errorf("evacuate: chunk %d of %s has %d bytes, want %d", i, name, len(chunk), n)
+				return m, st, fmt.Errorf("snapshot: chunk %d of %s has %d bytes, want %d", i, name, len(chunk), n)
 			}
 			st.BytesMoved += int64(n)
 			st.ChunksMoved++
 		}
 		if _, err := w.Write(chunk); err != nil {
-			return m, st, fmt.Errorf("evacuate: restore %s: %w", name, err)
+			return m, st, fmt.Errorf("snapshot: restore %s: %w", name, err)
 		}
 	}
 	return m, st, nil

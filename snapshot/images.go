@@ -1,4 +1,4 @@
-package evacuate
+package snapshot
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func WriteDir(ctx context.Context, bucket *blob.Bucket, name, dir string) (Chunk
 	var total ChunkStats
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return total, fmt.Errorf("evacuate: %w", err)
+		return total, fmt.Errorf("snapshot: %w", err)
 	}
 	var m DirManifest
 	for _, e := range entries {
@@ -43,12 +43,12 @@ func WriteDir(ctx context.Context, bucket *blob.Bucket, name, dir string) (Chunk
 		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return total, fmt.Errorf("evacuate: %w", err)
+			return total, fmt.Errorf("snapshot: %w", err)
 		}
 		st, err := f.Stat()
 		if err != nil {
 			f.Close()
-			return total, fmt.Errorf("evacuate: %w", err)
+			return total, fmt.Errorf("snapshot: %w", err)
 		}
 		_, s, err := WriteImage(ctx, bucket, path.Join(name, e.Name()), f, st.Size(), DefaultChunkSize)
 		f.Close()
@@ -63,7 +63,7 @@ func WriteDir(ctx context.Context, bucket *blob.Bucket, name, dir string) (Chunk
 		return total, err
 	}
 	if err := bucket.WriteAll(ctx, path.Join(name, "files.json"), b, nil); err != nil {
-		return total, fmt.Errorf("evacuate: write the file list of %s: %w", name, err)
+		return total, fmt.Errorf("snapshot: write the file list of %s: %w", name, err)
 	}
 	return total, nil
 }
@@ -75,27 +75,27 @@ func ReadDir(ctx context.Context, bucket *blob.Bucket, name, dir string) (ChunkS
 	var total ChunkStats
 	b, err := bucket.ReadAll(ctx, path.Join(name, "files.json"))
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return total, fmt.Errorf("evacuate: image %s: %w", name, ErrNoImage)
+		return total, fmt.Errorf("snapshot: image %s: %w", name, ErrNoImage)
 	}
 	if err != nil {
-		return total, fmt.Errorf("evacuate: file list of %s: %w", name, err)
+		return total, fmt.Errorf("snapshot: file list of %s: %w", name, err)
 	}
 	var m DirManifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return total, fmt.Errorf("evacuate: file list of %s is damaged: %w", name, err)
+		return total, fmt.Errorf("snapshot: file list of %s is damaged: %w", name, err)
 	}
 	for _, f := range m.Files {
 		if f.Name == "" || f.Name != filepath.Base(f.Name) || f.Name == "." || f.Name == ".." {
-			return total, fmt.Errorf("evacuate: file list of %s names %q", name, f.Name)
+			return total, fmt.Errorf("snapshot: file list of %s names %q", name, f.Name)
 		}
 		out, err := os.OpenFile(filepath.Join(dir, f.Name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
-			return total, fmt.Errorf("evacuate: %w", err)
+			return total, fmt.Errorf("snapshot: %w", err)
 		}
 		_, s, err := ReadImage(ctx, bucket, path.Join(name, f.Name), out)
 		total.add(s)
 		if cerr := out.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("evacuate: %w", cerr)
+			err = fmt.Errorf("snapshot: %w", cerr)
 		}
 		if err != nil {
 			return total, err
@@ -115,14 +115,14 @@ func DeletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) error
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("evacuate: list %s: %w", prefix, err)
+			return fmt.Errorf("snapshot: list %s: %w", prefix, err)
 		}
 		keys = append(keys, obj.Key)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
 		if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return fmt.Errorf("evacuate: delete %s: %w", k, err)
+			return fmt.Errorf("snapshot: delete %s: %w", k, err)
 		}
 	}
 	return nil

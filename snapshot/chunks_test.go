@@ -1,4 +1,4 @@
-package evacuate
+package snapshot
 
 import (
 	"bytes"
