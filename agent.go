@@ -76,24 +76,22 @@ type Heartbeat struct {
 	// boot, so a slow POST overtaken by a newer heartbeat does not roll them back, whatever
 	// the agent's clock says (C32). 0 (an agent that does not number them) is applied in the
 	// order heartbeats arrive; a negative Seq is refused (invalid_request).
-	Seq                  int64          `json:"seq,omitempty"`
-	Status               AgentStatus    `json:"status"`
-	CPUTotal             float64        `json:"cpu_total"`
-	CPUUsed              float64        `json:"cpu_used"`
-	MemoryMiBTotal       int64          `json:"memory_mb_total"`
-	MemoryMiBUsed        int64          `json:"memory_mb_used"`
-	MemoryMiBCommitted   int64          `json:"memory_mb_committed"`
-	MemoryAdmission      string         `json:"memory_admission"`
-	MemoryMiBAdmittable  int64          `json:"memory_mb_admittable"`
-	IntakeOpen           bool           `json:"intake_open"`
-	MemoryPressure       float64        `json:"memory_pressure"`
-	StartsInFlight       int            `json:"starts_in_flight"`
-	NatIDFree            int            `json:"natid_free"`
-	StreamRestoreEnabled bool           `json:"stream_restore_enabled"`
-	Sandboxes            []HeldSandbox  `json:"sandboxes"`
-	Ended                []EndedSandbox `json:"ended,omitempty"`
-	Version              string         `json:"version"`
-	BootID               string         `json:"boot_id"`
+	Seq                 int64          `json:"seq,omitempty"`
+	Status              AgentStatus    `json:"status"`
+	CPUTotal            float64        `json:"cpu_total"`
+	CPUUsed             float64        `json:"cpu_used"`
+	MemoryMiBTotal      int64          `json:"memory_mb_total"`
+	MemoryMiBUsed       int64          `json:"memory_mb_used"`
+	MemoryMiBCommitted  int64          `json:"memory_mb_committed"`
+	MemoryAdmission     string         `json:"memory_admission"`
+	MemoryMiBAdmittable int64          `json:"memory_mb_admittable"`
+	IntakeOpen          bool           `json:"intake_open"`
+	MemoryPressure      float64        `json:"memory_pressure"`
+	StartsInFlight      int            `json:"starts_in_flight"`
+	Sandboxes           []HeldSandbox  `json:"sandboxes"`
+	Ended               []EndedSandbox `json:"ended,omitempty"`
+	Version             string         `json:"version"`
+	BootID              string         `json:"boot_id"`
 	// MeasurementErrors counts resident readings clamped into [0, total] (C07).
 	MeasurementErrors int64 `json:"measurement_errors,omitempty"`
 	// Runtime names the agent's runtime driver ("gvisor", "process", "noop") and Checkpoint

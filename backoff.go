@@ -8,12 +8,12 @@ const (
 	BackoffCap  = 8 * time.Second
 )
 
-// Backoff returns the full-jitter window min(cap, base·2^attempt) of SDK-1, used by the SDK
-// and by the server's app reconciler (APP-2): the caller sleeps uniform [0, window). attempt
-// counts from 0 (the wait after the first failure). The window is always in (0, cap] and
-// never overflows, for any attempt (64, 10,000, or negative, which counts as 0) (C04). A
-// non-positive base or cap takes its default (0.25 s, 8 s); a base above the cap is lowered
-// to the cap.
+// Backoff returns the full-jitter window min(cap, base·2^attempt) of SDK-1, used by the SDK,
+// the server's app reconciler (APP-2) and the simulator: the caller sleeps uniform
+// [0, window). attempt counts from 0 (the wait after the first failure). The window is always
+// in (0, cap] and never overflows, for any attempt (64, 10,000, or negative, which counts as
+// 0) (C04). A non-positive base or cap takes its default (0.25 s, 8 s); a base above the cap
+// is lowered to the cap.
 func Backoff(attempt int, base, cap time.Duration) time.Duration {
 	if cap <= 0 {
 		cap = BackoffCap

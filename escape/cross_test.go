@@ -94,7 +94,7 @@ print("PROBE-DONE")
 		if time.Now().After(deadline) {
 			t.Fatalf("B cannot reach its own marker server, so the hunt would prove nothing: %s", r)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // real: a marker server in a real sandbox coming up
 	}
 	for _, hunter := range []struct {
 		c    client

@@ -217,7 +217,7 @@ func startDev(t *testing.T, rt string) *dev {
 		if time.Now().After(deadline) {
 			t.Fatalf("berth dev --runtime %s not up within 120 s:\n%s", rt, tail(d.log(), 3000))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real: a real berth dev process coming up
 	}
 
 	admin := client{url: d.URL, key: d.AdminKey}
@@ -349,7 +349,7 @@ func (d *dev) checkNoLeftovers(t *testing.T) {
 				}
 				return
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // real: sandbox processes exiting after berth dev stops
 		}
 	}
 }
@@ -439,7 +439,7 @@ func cgroupDir(id, controller string) string {
 		if time.Now().After(deadline) {
 			return ""
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real: a kernel cgroup directory appearing
 	}
 }
 
@@ -564,7 +564,7 @@ func (c client) create(t *testing.T, template string, o sandboxOpts) string {
 		if st != 503 || time.Now().After(deadline) {
 			t.Fatalf("create %v: %d %s", req, st, body)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // real: a real berth dev answering 503 until it has room
 	}
 }
 

@@ -444,7 +444,7 @@ for i in range(5):
 print("IFACES", json.dumps([n for _, n in socket.if_nameindex()]))
 print("PROBE-DONE")
 `)
-	time.Sleep(500 * time.Millisecond) // let a stray UDP datagram land
+	time.Sleep(500 * time.Millisecond) // real: an absence: time for a stray UDP datagram from the sandbox to land
 	for _, line := range strings.Split(r.Stdout, "\n") {
 		if strings.HasPrefix(line, "CONNECTED ") {
 			escaped(t, d, "a TCP connect from the sandbox reached a host port", line)

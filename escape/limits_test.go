@@ -143,7 +143,7 @@ try:
 except MemoryError:
     print("MEMORYERROR at", mb)
 `)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // real: the host cgroup watcher takes its last readings
 	peak, changed := w.finish()
 	if strings.Contains(alloc.Stdout, "ALLOC-DONE") {
 		escaped(t, d, fmt.Sprintf("python allocated and touched %d MiB in a %d MiB sandbox", target, mem),

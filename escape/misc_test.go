@@ -392,7 +392,7 @@ except OSError as e:
     print("tty refused", e.strerror)
 print("PROBE-DONE")
 `)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // real: an absence: time for a sandboxed process to write to the operator's terminal, if it can
 	// What a shell on this terminal would read next.
 	var input string
 	if fd := int(d.pts.Fd()); unix.SetNonblock(fd, true) == nil {

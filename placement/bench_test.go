@@ -60,7 +60,7 @@ func benchFleet(n int, seed uint64) []Host {
 		if r.IntN(5) == 0 {
 			h.PendingMiB = r.Int64N(8 << 10)
 		}
-		h.StreamRestore = r.IntN(4) == 0
+		h.CanRestore = r.IntN(4) == 0
 		switch s := r.IntN(100); {
 		case s < 3:
 			h.Draining = true

@@ -71,12 +71,13 @@ type Host struct {
 	Draining      bool
 	Quarantined   bool
 	IntakeOpen    bool
-	StreamRestore bool
 	Preemptible   bool
-	CanRestore    bool // its runtime restores checkpoint images (ISO-4)
-	ID            string
-	Region        string
-	Pool          string // "" means stateful (POOL-1)
+	// CanRestore: its runtime restores checkpoint images (ISO-4). Only such hosts take a
+	// resume or a moved guest, and they score PLC-2's restore bonus.
+	CanRestore bool
+	ID         string
+	Region     string
+	Pool       string // "" means stateful (POOL-1)
 }
 
 // Request is what Pick places. MemoryMiB is the configured size. Exclude lists indices into
@@ -217,7 +218,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 			if pack {
 				bound = -float64(free - chargeFull)
 			} else {
-				bound = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*float64(free) + streamBonus[b2i(h.StreamRestore)]
+				bound = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*float64(free) + restoreBonus[b2i(h.CanRestore)]
 			}
 			if bound < best {
 				continue
@@ -241,7 +242,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 		} else {
 			// 0.6·freeCPU + 0.3·freeGiB (+5 for stream-restore); perGiB·left is bit-for-bit
 			// 0.3·left/1024, since scaling by 2⁻¹⁰ commutes with rounding.
-			score = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*left + streamBonus[b2i(h.StreamRestore)]
+			score = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*left + restoreBonus[b2i(h.CanRestore)]
 		}
 		switch {
 		case d.Index < 0 || score > best:
@@ -268,9 +269,10 @@ const DefaultStaleAfterNano int64 = 30e9
 // perGiB is the spread score's weight of one free MiB: 0.3 per GiB (PLC-2).
 const perGiB = 0.3 / 1024
 
-// streamBonus is the spread score's +5 for stream-restore hosts (PLC-2), indexed by b2i so
-// the hot loop has no branch on it.
-var streamBonus = [2]float64{0, 5}
+// restoreBonus is the spread score's +5 for hosts that restore checkpoint images (PLC-2's
+// stream-restore bonus; here restore is whole-image, and a guest there can be moved by
+// snapshot under a notice), indexed by b2i so the hot loop has no branch on it.
+var restoreBonus = [2]float64{0, 5}
 
 func b2i(b bool) int {
 	if b {

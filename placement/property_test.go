@@ -32,17 +32,16 @@ var hostGen = rapid.Custom(func(t *rapid.T) Host {
 		age = rapid.Int64Range(0, int64(time.Hour)).Draw(t, "staleAge")
 	}
 	return Host{
-		ID:            rapid.SampledFrom([]string{"a", "b", "c", "vol"}).Draw(t, "id"),
-		LastSeenNano:  now - age,
-		Draining:      rare(t, "draining"),
-		Quarantined:   rare(t, "quarantined"),
-		IntakeOpen:    !rare(t, "closed"),
-		Preemptible:   rapid.Bool().Draw(t, "preemptible"),
-		StreamRestore: rapid.Bool().Draw(t, "stream"),
-		CanRestore:    rapid.Bool().Draw(t, "canRestore"),
-		Region:        rapid.SampledFrom([]string{"eu", "us", ""}).Draw(t, "region"),
-		Pool:          rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool"),
-		Mode:          rapid.SampledFrom([]string{berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, "", "working-sex", "nonE"}).Draw(t, "mode"),
+		ID:           rapid.SampledFrom([]string{"a", "b", "c", "vol"}).Draw(t, "id"),
+		LastSeenNano: now - age,
+		Draining:     rare(t, "draining"),
+		Quarantined:  rare(t, "quarantined"),
+		IntakeOpen:   !rare(t, "closed"),
+		Preemptible:  rapid.Bool().Draw(t, "preemptible"),
+		CanRestore:   rapid.Bool().Draw(t, "canRestore"),
+		Region:       rapid.SampledFrom([]string{"eu", "us", ""}).Draw(t, "region"),
+		Pool:         rapid.SampledFrom([]string{"", berth.PoolStateful, berth.PoolEphemeral}).Draw(t, "pool"),
+		Mode:         rapid.SampledFrom([]string{berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, "", "working-sex", "nonE"}).Draw(t, "mode"),
 		// Few distinct values as often as arbitrary ones, so that scores tie.
 		AdmittableMiB: rapid.OneOf(rapid.SampledFrom([]int64{65536, 4096, 2048, 512, 0}), anyMiB()).Draw(t, "admittable"),
 		PendingMiB:    rapid.OneOf(rapid.SampledFrom([]int64{0, 1536}), anyMiB()).Draw(t, "pending"),
@@ -159,7 +158,7 @@ func pickReference(hosts []Host, req Request, nowNano int64, opt Options, seed u
 			score = -float64(left)
 		} else {
 			score = 0.6*(h.CPUTotal-h.CPUUsed) + 0.3*float64(left)/1024
-			if h.StreamRestore {
+			if h.CanRestore {
 				score += 5
 			}
 		}

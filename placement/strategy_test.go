@@ -13,7 +13,7 @@ import (
 // fullest host that still fits.
 func TestPLC2_SpreadAndPack(t *testing.T) {
 	cpu := func(used float64) func(*Host) { return func(h *Host) { h.CPUUsed = used } }
-	stream := func(h *Host) { h.StreamRestore = true }
+	stream := func(h *Host) { h.CanRestore = true }
 	tests := []struct {
 		name     string
 		hosts    []Host
@@ -27,7 +27,7 @@ func TestPLC2_SpreadAndPack(t *testing.T) {
 		{"spread judges free after pending", []Host{host("a", admittable(65536), pending(60000)), host("b", admittable(16384))}, Spread, "b"},
 		{"spread prefers free CPU at equal memory", []Host{host("busy", cpu(15)), host("idle", cpu(1))}, Spread, "idle"},
 		{"spread weighs 1 GiB at 0.3 and a core at 0.6", []Host{host("mem", admittable(65536+3072), cpu(10)), host("cpu", cpu(8))}, Spread, "cpu"},
-		{"spread adds 5 for stream-restore", []Host{host("plain", admittable(65536+10<<10)), host("stream", stream)}, Spread, "stream"},
+		{"spread adds 5 for a host that restores", []Host{host("plain", admittable(65536+10<<10)), host("stream", stream)}, Spread, "stream"},
 		{"pack sees a host fuller by less than the charge", []Host{host("a", admittable(65536)), host("b", admittable(65536), pending(1536))}, Pack, "b"},
 		{"pack sees a working-set host fuller by less than the charge", []Host{host("a", admittable(65536)), host("b", mode(berth.AdmissionWorkingSet), admittable(63900))}, Pack, "b"},
 		{"spread sees a none host with less free memory but no charge", []Host{host("a", admittable(65536)), host("b", mode(berth.AdmissionNone), admittable(65536-1024))}, Spread, "b"},

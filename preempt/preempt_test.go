@@ -224,7 +224,7 @@ func TestGCPMaintenanceTerminate(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/preempted") {
 			io.WriteString(w, "FALSE")
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // real: paces a real HTTP handler (a hanging GET)
 			return
 		}
 		if maint.Add(1) == 1 {

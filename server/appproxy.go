@@ -57,7 +57,8 @@ func (s *Server) appHost(r *http.Request) (string, bool) {
 }
 
 // serveApp answers one request for app name, forwarding path (escaped, starting with "/")
-// and the query to it.
+// and the query to it. A hibernated app is woken and the request held until it serves, at
+// most AppWakeTimeout (then 504 wake_timeout).
 func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path string) {
 	fail := func(err error) { s.writeError(w, r, err) }
 	if p, err := url.PathUnescape(path); err != nil || slices.Contains(strings.Split(p, "/"), "..") {
@@ -68,49 +69,23 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 	deadline := time.Now().Add(s.cfg.AppWakeTimeout)
 	for woken := false; ; {
 		a, err := s.store.App(r.Context(), name)
+		serve, err := appVerdict(a, err, name)
 		switch {
-		case errors.Is(err, berth.ErrNotFound):
-			fail(berth.Errorf(berth.EAppNotFound, "no app %q", name))
-			return
 		case err != nil:
-			fail(&berth.Error{Code: berth.EUnavailable, Message: "read app: " + err.Error(), RetryAfter: time.Second})
+			fail(err)
 			return
-		case a.Desired == berth.DesireStopped:
-			fail(berth.Errorf(berth.EAppStopped, "app %q is stopped by its owner (berth apps start %s)", name, name))
-			return
-		case a.SandboxID != "":
-			// Also while a new version deploys, waits for capacity or failed: the old serves.
+		case serve:
 			// The app is active until the answer (a stream, an upgraded connection) ends.
 			done := s.appRequestOpen(r.Context(), name, a)
 			defer done()
 			s.proxyApp(w, r, a, path)
 			return
-		case a.State == berth.AppError:
-			fail(berth.Errorf(berth.EAppError, "app %q is in error: %s", name, a.Reason))
-			return
-		case a.State == berth.AppWaitingCapacity:
-			// APP-2: waiting is not failing; say when to come back.
-			wait := max(time.Until(a.RetryAt), time.Second)
-			fail(&berth.Error{Code: cmp.Or(a.RetryCode, berth.ENoCapacity), RetryAfter: wait,
-				Message: "app " + name + " is waiting for capacity: " + a.Reason})
-			return
 		case a.Desired == berth.DesireHibernated && !woken:
 			woken = true
-			_, err := s.mutateApp(r.Context(), name, "request/"+s.cfg.ReplicaID, func(a *berth.App) error {
-				if a.Desired != berth.DesireHibernated {
-					return errSuperseded
-				}
-				a.Desired, a.State = berth.DesireRunning, berth.AppWaking
-				a.Reason = "woken by a request to " + path
-				resetStart(a)
-				return nil
-			})
-			if err != nil && !errors.Is(err, errSuperseded) {
-				fail(&berth.Error{Code: berth.EUnavailable, Message: "wake app: " + err.Error(), RetryAfter: time.Second})
+			if err := s.wakeForRequest(r.Context(), name, path, a.IdleSeconds); err != nil {
+				fail(err)
 				return
 			}
-			s.touchApp(r.Context(), name, a.IdleSeconds)
-			s.kickApps()
 		}
 		if time.Now().After(deadline) {
 			fail(&berth.Error{Code: berth.EWakeTimeout, RetryAfter: 5 * time.Second,
@@ -127,6 +102,52 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 		case <-time.After(100 * time.Millisecond): // another replica may have
 		}
 	}
+}
+
+// appVerdict judges app name, as read (a, err), for a request: serve it now (it has a
+// sandbox: also while a new version deploys, waits for capacity or failed, the old one
+// serves), refuse it with the returned error (app_not_found, unavailable, app_stopped,
+// app_error, or waiting_capacity's code with Retry-After: APP-2), or neither (wait for it).
+func appVerdict(a berth.App, err error, name string) (bool, error) {
+	switch {
+	case errors.Is(err, berth.ErrNotFound):
+		return false, berth.Errorf(berth.EAppNotFound, "no app %q", name)
+	case err != nil:
+		return false, &berth.Error{Code: berth.EUnavailable, Message: "read app: " + err.Error(), RetryAfter: time.Second}
+	case a.Desired == berth.DesireStopped:
+		return false, berth.Errorf(berth.EAppStopped, "app %q is stopped by its owner (berth apps start %s)", name, name)
+	case a.SandboxID != "":
+		return true, nil
+	case a.State == berth.AppError:
+		return false, berth.Errorf(berth.EAppError, "app %q is in error: %s", name, a.Reason)
+	case a.State == berth.AppWaitingCapacity:
+		// APP-2: waiting is not failing; say when to come back.
+		wait := max(time.Until(a.RetryAt), time.Second)
+		return false, &berth.Error{Code: cmp.Or(a.RetryCode, berth.ENoCapacity), RetryAfter: wait,
+			Message: "app " + name + " is waiting for capacity: " + a.Reason}
+	}
+	return false, nil
+}
+
+// wakeForRequest sets hibernated app name's desired state to running (waking) because of a
+// request to path, marks it active (its idle clock, idleSeconds) and kicks the reconciler.
+// Errors: unavailable when the store fails; an app no longer hibernated is left as it is.
+func (s *Server) wakeForRequest(ctx context.Context, name, path string, idleSeconds int64) error {
+	_, err := s.mutateApp(ctx, name, "request/"+s.cfg.ReplicaID, func(a *berth.App) error {
+		if a.Desired != berth.DesireHibernated {
+			return errSuperseded
+		}
+		a.Desired, a.State = berth.DesireRunning, berth.AppWaking
+		a.Reason = "woken by a request to " + path
+		resetStart(a)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSuperseded) {
+		return &berth.Error{Code: berth.EUnavailable, Message: "wake app: " + err.Error(), RetryAfter: time.Second}
+	}
+	s.touchApp(ctx, name, idleSeconds)
+	s.kickApps()
+	return nil
 }
 
 // proxyApp forwards the request to the app's port inside its serving sandbox, through the
@@ -304,11 +325,17 @@ func (s *Server) flushActive(ctx context.Context, name string) {
 	seen := v.(time.Time)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, _ = s.mutateApp(ctx, name, "request/"+s.cfg.ReplicaID, func(a *berth.App) error {
+	_, err := s.mutateApp(ctx, name, "request/"+s.cfg.ReplicaID, func(a *berth.App) error {
 		if !seen.After(a.LastActive) {
 			return errSuperseded
 		}
 		a.LastActive = seen
 		return nil
 	})
+	if err != nil && !errors.Is(err, errSuperseded) && !errors.Is(err, berth.ErrNotFound) {
+		// Not retried here: while a request is open the keeper writes again within a flush
+		// period; a lost trailing write can let another replica judge the app idle up to one
+		// flush period early (C25), which the log line makes visible.
+		s.log.Warn("app activity not recorded", "app", name, "err", err)
+	}
 }

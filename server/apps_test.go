@@ -73,7 +73,7 @@ func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
 			return
 		}
 		last = msg
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real: the server's loops reach fake agents over loopback HTTP
 	}
 	t.Fatalf("timed out waiting for %s; last: %s", what, last)
 }
@@ -102,7 +102,13 @@ func TestAPP2_RefusalsNeverError(t *testing.T) {
 	}
 	// Before Retry-After has passed nothing is tried, whatever the rounds.
 	clk.Add(29 * time.Second)
-	time.Sleep(50 * time.Millisecond) // ~10 rounds; nothing may happen in them
+	// Ten whole rounds of the app's reconciler after the clock moved (the one in flight may
+	// have read the old time: one more); nothing may happen in them.
+	from := h.s.appDone.Load()
+	waitUntil(t, "10 reconciler rounds", func() (bool, string) {
+		n := h.s.appDone.Load() - from
+		return n >= 11, fmt.Sprint(n, " rounds")
+	})
 	if a := h.app(t, "web"); a.Attempts != 1 {
 		t.Fatalf("attempts %d before Retry-After passed; want 1", a.Attempts)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/berth-dev/berth"
 )
 
@@ -26,8 +28,14 @@ func TestSPOT3_ReconstructRetriesUntilTheDeadline(t *testing.T) {
 	h.heartbeat(t, "doomed", doomed.srv.URL, 0)
 	must(t, h.st.SetAgentDrain(ctx, "doomed", true, "preemption notice", "test", now))
 
+	// Room frees on the spare host inside the window, once the first try has been refused.
+	refused := h.s.metrics.refusals.WithLabelValues(berth.ENoCapacity)
+	count := func() float64 { var m dto.Metric; _ = refused.Write(&m); return m.GetCounter().GetValue() }
+	before := count()
 	go func() {
-		time.Sleep(700 * time.Millisecond) // room frees on the spare host inside the window
+		for deadline := time.Now().Add(20 * time.Second); count() == before && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond) // real: the refusal comes from a handler behind a loopback HTTP server
+		}
 		h.heartbeat(t, "spare", spare.srv.URL, 4096)
 	}()
 	body, _ := json.Marshal(berth.EvacuateRequest{Deadline: time.Now().Add(20 * time.Second),

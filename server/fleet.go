@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -120,6 +122,16 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 	return nil
 }
 
+// heartbeatBody is a heartbeat as agents send it: the fields of berth.Heartbeat, and two an
+// agent of the previous release still sends — natid_free and stream_restore_enabled, retired
+// in issue 14 because nothing read them — accepted and ignored, so a rolling upgrade does not
+// turn every old agent's heartbeat into a 400 under strict decoding.
+type heartbeatBody struct {
+	berth.Heartbeat
+	RetiredNatIDFree     json.RawMessage `json:"natid_free,omitempty"`
+	RetiredStreamRestore json.RawMessage `json:"stream_restore_enabled,omitempty"`
+}
+
 // heartbeat is POST /v1/agents/heartbeat with the node token (AGT-1). It records the
 // heartbeat, nets the ledger (LED-4) and applies the agent's ended sandboxes in one store
 // transaction, then folds the agent into this replica's snapshot.
@@ -128,11 +140,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var hb berth.Heartbeat
-	if err := httpjson.Decode(w, r, maxHeartbeatBytes, &hb); err != nil {
+	var body heartbeatBody
+	if err := httpjson.Decode(w, r, maxHeartbeatBytes, &body); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	hb := body.Heartbeat
 	if err := validateHeartbeat(hb); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -213,59 +226,13 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 // listEvents is GET /v1/events?entity=&since=&limit= (LIF-3). Tenants may read the events of
 // their own sandboxes only; admins read all.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal) error {
-	q := r.URL.Query()
-	f := berth.EventFilter{Entity: q.Get("entity")}
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return berth.Errorf(berth.EInvalidRequest, "since must be an RFC 3339 time")
-		}
-		f.Since = t
-	}
-	if v := q.Get("until"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return berth.Errorf(berth.EInvalidRequest, "until must be an RFC 3339 time")
-		}
-		f.Until = t
-	}
-	if v := q.Get("type"); v != "" {
-		// The kind of entity: sandbox, agent, reservation or app (LIF-3, APP-1).
-		if v != "sandbox" && v != "agent" && v != "reservation" && v != "app" {
-			return berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent, reservation or app")
-		}
-		if f.Entity == "" {
-			f.Entity = v + "/"
-		} else if !strings.HasPrefix(f.Entity, v+"/") {
-			return berth.Errorf(berth.EInvalidRequest, "entity %q is not of type %s", f.Entity, v)
-		}
-	}
-	if v := q.Get("to"); v != "" {
-		if len(v) > 64 {
-			return berth.Errorf(berth.EInvalidRequest, "to is longer than 64 bytes")
-		}
-		f.To = v
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			return berth.Errorf(berth.EInvalidRequest, "limit must be 1..10000")
-		}
-		f.Limit = n
+	f, err := eventFilter(r.URL.Query())
+	if err != nil {
+		return err
 	}
 	if !p.admin() {
-		if name, ok := strings.CutPrefix(f.Entity, "app/"); ok && name != "" {
-			if _, err := s.appFor(r, p, name); err != nil {
-				return err
-			}
-		} else {
-			id, ok := strings.CutPrefix(f.Entity, "sandbox/")
-			if !ok || id == "" {
-				return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes and apps only (entity=sandbox/<id> or app/<name>)")
-			}
-			if _, err := s.sandboxFor(r.Context(), p, id); err != nil {
-				return err
-			}
+		if err := s.mayReadEvents(r, p, f.Entity); err != nil {
+			return err
 		}
 	}
 	evs, err := s.store.Events(r.Context(), f)
@@ -277,6 +244,68 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"events": evs})
 	return nil
+}
+
+// eventFilter reads GET /v1/events' query: entity, since and until (RFC 3339), type (sandbox,
+// agent, reservation or app: LIF-3, APP-1), to (at most 64 bytes) and limit (1..10000).
+// Errors: invalid_request naming the parameter.
+func eventFilter(q url.Values) (berth.EventFilter, error) {
+	f := berth.EventFilter{Entity: q.Get("entity")}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, berth.Errorf(berth.EInvalidRequest, "since must be an RFC 3339 time")
+		}
+		f.Since = t
+	}
+	if v := q.Get("until"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, berth.Errorf(berth.EInvalidRequest, "until must be an RFC 3339 time")
+		}
+		f.Until = t
+	}
+	if v := q.Get("type"); v != "" {
+		// The kind of entity: sandbox, agent, reservation or app (LIF-3, APP-1).
+		if v != "sandbox" && v != "agent" && v != "reservation" && v != "app" {
+			return f, berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent, reservation or app")
+		}
+		if f.Entity == "" {
+			f.Entity = v + "/"
+		} else if !strings.HasPrefix(f.Entity, v+"/") {
+			return f, berth.Errorf(berth.EInvalidRequest, "entity %q is not of type %s", f.Entity, v)
+		}
+	}
+	if v := q.Get("to"); v != "" {
+		if len(v) > 64 {
+			return f, berth.Errorf(berth.EInvalidRequest, "to is longer than 64 bytes")
+		}
+		f.To = v
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return f, berth.Errorf(berth.EInvalidRequest, "limit must be 1..10000")
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+// mayReadEvents checks that tenant key p may read the events of entity: one of its own
+// sandboxes ("sandbox/<id>") or apps ("app/<name>"). Errors: forbidden for anything else,
+// or the sandbox's or app's lookup error (not found for another tenant's).
+func (s *Server) mayReadEvents(r *http.Request, p principal, entity string) error {
+	if name, ok := strings.CutPrefix(entity, "app/"); ok && name != "" {
+		_, err := s.appFor(r, p, name)
+		return err
+	}
+	id, ok := strings.CutPrefix(entity, "sandbox/")
+	if !ok || id == "" {
+		return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes and apps only (entity=sandbox/<id> or app/<name>)")
+	}
+	_, err := s.sandboxFor(r.Context(), p, id)
+	return err
 }
 
 // derivedStatus is the status an agent is reported with (LIF-1, PLC-9): dead or stale by its

@@ -17,8 +17,9 @@ var errIdempotent = errors.New("idempotency key held by another create")
 
 // attempt is what differs between placing a new sandbox (a create) and placing an existing
 // one again (a resume, a snapshot move: PAUSE-1, SPOT-3). placeWith runs the loop they share
-// (PLC-1…7): Pick, reserve the charge in the ledger (LED-1), record the attempt on its host,
-// have the agent start it, then confirm it — or undo the attempt and try the next host.
+// (PLC-1…7): choose a host (Pick), reserve the charge in the ledger (LED-1), bind (record the
+// attempt on its host, have the agent start it, record it running) — or unbind the attempt
+// and try the next host.
 type attempt struct {
 	// fresh: every host tried is a new sandbox with its own id (a create); otherwise the
 	// sandbox keeps its id from host to host.
@@ -27,7 +28,7 @@ type attempt struct {
 	record func(ctx context.Context, sb berth.Sandbox) error
 	// ask is what the agent is asked to start.
 	ask func(sb berth.Sandbox) berth.AgentCreate
-	// inFlight is the state record leaves the sandbox in; confirm moves it to running.
+	// inFlight is the state record leaves the sandbox in; bind then moves it to running.
 	inFlight berth.SandboxState
 	// undo ends an abandoned attempt's record, on a context of its own.
 	undo func(ctx context.Context, sb berth.Sandbox, reason string) error
@@ -49,7 +50,13 @@ type attempt struct {
 // Errors are *berth.Error refusals (no_capacity, no_healthy_agents, host_starts_saturated,
 // with host counts and Retry-After), unavailable when the store fails, or errIdempotent.
 func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string) (berth.Sandbox, error) {
-	return s.placeWith(ctx, sb, req, actor, attempt{
+	return s.placeWith(ctx, sb, req, actor, s.createAttempt(req, actor))
+}
+
+// createAttempt is place's attempt: a new row starting on the host, a failed row when
+// abandoned (which frees its Idempotency-Key).
+func (s *scheduler) createAttempt(req berth.CreateRequest, actor string) attempt {
+	return attempt{
 		fresh: true,
 		record: func(ctx context.Context, sb berth.Sandbox) error {
 			sb.State, sb.Reason = berth.SandboxStarting, "placed on agent/"+sb.AgentID
@@ -75,7 +82,7 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 				berth.SandboxFailed, reason, actor, s.cfg.Clock())
 			return err
 		},
-	})
+	}
 }
 
 // placeRestore places the existing sandbox sb, whose checkpoint image is sb.Image, on a host
@@ -86,6 +93,13 @@ func (s *scheduler) place(ctx context.Context, sb berth.Sandbox, req berth.Creat
 // and back to paused (no host) when abandoned. It returns the running sandbox. Errors as
 // place's.
 func (s *scheduler) placeRestore(ctx context.Context, sb berth.Sandbox, from []berth.SandboxState, actor string) (berth.Sandbox, error) {
+	sb, at := s.restoreAttempt(sb, from, actor)
+	return s.placeWith(ctx, sb, berth.CreateRequest{Volume: sb.Volume}, actor, at)
+}
+
+// restoreAttempt is placeRestore's attempt, and sb as its record writes it (its TTL moved on
+// by the time it was paused, PAUSE-1).
+func (s *scheduler) restoreAttempt(sb berth.Sandbox, from []berth.SandboxState, actor string) (berth.Sandbox, attempt) {
 	now := s.cfg.Clock()
 	expires := sb.ExpiresAt
 	if !expires.IsZero() && !sb.PausedAt.IsZero() && now.After(sb.PausedAt) {
@@ -95,14 +109,14 @@ func (s *scheduler) placeRestore(ctx context.Context, sb berth.Sandbox, from []b
 	if pausedAt.IsZero() {
 		pausedAt = now // a move whose placement fails leaves it paused from now
 	}
-	oldExpires := sb.ExpiresAt
+	oldExpires, image := sb.ExpiresAt, sb.Image
 	sb.ExpiresAt, sb.PausedAt = expires, time.Time{} // as the record below writes them
-	return s.placeWith(ctx, sb, berth.CreateRequest{Volume: sb.Volume}, actor, attempt{
+	return sb, attempt{
 		restore: true,
 		started: "agent restored it: its processes and memory as they were",
 		record: func(ctx context.Context, at berth.Sandbox) error {
 			ok, err := s.store.MoveSandbox(ctx, at.ID, from, berth.SandboxMove{To: berth.SandboxResuming,
-				AgentID: at.AgentID, ExpiresAt: expires, Image: sb.Image},
+				AgentID: at.AgentID, ExpiresAt: expires, Image: image},
 				"restoring it on agent/"+at.AgentID, actor, s.cfg.Clock())
 			if err != nil {
 				return berth.Errorf(berth.EUnavailable, "record resuming: %v", err)
@@ -115,147 +129,308 @@ func (s *scheduler) placeRestore(ctx context.Context, sb berth.Sandbox, from []b
 		},
 		ask: func(at berth.Sandbox) berth.AgentCreate {
 			return berth.AgentCreate{ID: at.ID, Template: at.Template, MemoryMiB: at.MemoryMiB, VCPUs: at.VCPUs,
-				Stateful: at.Stateful, ExpiresAt: expires, Volume: volumeKey(at.Tenant, at.Volume), RestoreImage: sb.Image}
+				Stateful: at.Stateful, ExpiresAt: expires, Volume: volumeKey(at.Tenant, at.Volume), RestoreImage: image}
 		},
 		inFlight: berth.SandboxResuming,
 		undo: func(ctx context.Context, at berth.Sandbox, reason string) error {
 			_, err := s.store.MoveSandbox(ctx, at.ID, []berth.SandboxState{berth.SandboxResuming},
-				berth.SandboxMove{To: berth.SandboxPaused, ExpiresAt: oldExpires, PausedAt: pausedAt, Image: sb.Image},
+				berth.SandboxMove{To: berth.SandboxPaused, ExpiresAt: oldExpires, PausedAt: pausedAt, Image: image},
 				reason, actor, s.cfg.Clock())
 			return err
 		},
-	})
+	}
 }
 
-// placeWith is the loop place and placeRestore share (see attempt).
+// placeWith is the loop place and placeRestore share (see attempt), in the steps of the
+// Kubernetes scheduler framework, each a function of its own: choose (Filter and Score: Pick
+// over the snapshot), reserve (the ledger), bind (pin the volume, record the attempt, have
+// the agent start it, record it running) and, on every path where a reserved attempt does
+// not become a running sandbox, unbind (stop the agent's copy, unreserve, undo the record).
+// next then decides whether another host is tried (PLC-7).
 func (s *scheduler) placeWith(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string, at attempt) (berth.Sandbox, error) {
-	if err := s.refreshIfStale(ctx); err != nil {
-		return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
+	p, err := s.begin(ctx, sb, req, actor, at)
+	if err != nil {
+		return sb, err
 	}
-	preq := placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool, Restore: at.restore}
-	pinned := false
-	if req.Volume != "" {
-		// POOL-2: a volume lands only on its host; a new one is pinned where it first lands.
-		v, err := s.store.Volume(ctx, sb.Tenant, req.Volume)
-		switch {
-		case err == nil:
-			preq.VolumeHost, pinned = v.AgentID, true
-		case errors.Is(err, berth.ErrNotFound):
-			// Not pinned yet: any stateful-pool host (a volume sandbox is stateful).
-		default:
-			return sb, berth.Errorf(berth.EUnavailable, "read volume: %v", err)
-		}
-	}
-	excluded := map[string]string{} // agent id → code it refused with
-	reread := false
-	var lastAgentErr error
-	for tries := 0; ; {
-		d, host, addr := s.pick(preq, excluded)
-		if d.Index < 0 {
-			if !reread {
-				// PLC-6: never serve a refusal from the cache.
-				reread = true
-				if err := s.refresh(ctx); err != nil {
-					return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
-				}
-				continue
-			}
-			return sb, s.refusal(ctx, d, sb, lastAgentErr)
-		}
-		if tries >= s.cfg.MaxHostsPerCreate {
-			d.Rejected[placement.ReasonSaturated]++ // the host it would try next, had it the patience
-			return sb, s.refusal(ctx, d, sb, lastAgentErr)
-		}
-		tries++
-		if tries > 1 && at.fresh {
-			sb.ID = newID("sb") // a new attempt is a new sandbox; the refused one stays failed
-		}
-		now := s.cfg.Clock()
-		res := berth.Reservation{
-			ID: newID("rsv"), AgentID: host, SandboxID: sb.ID, MiB: d.ChargeMiB,
-			Owner: s.cfg.ReplicaID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.ReservationTTL),
-		}
-		ok, err := s.store.Reserve(ctx, res, now)
+	for {
+		c, err := s.choose(ctx, p)
 		if err != nil {
-			return sb, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
+			return p.sb, err
 		}
-		if !ok {
-			// The store knows more than the snapshot (another create took the room): refresh,
-			// so the next Pick sees the ledger as it is and judges the host on memory.
-			if err := s.refresh(ctx); err != nil {
-				return sb, berth.Errorf(berth.EUnavailable, "store: %v", err)
-			}
-			continue
+		h, err := s.reserve(ctx, p, c)
+		if errors.Is(err, errLedgerSaidNo) {
+			continue // the snapshot is re-read: pick again
 		}
-		s.adjustPending(host, res.MiB)
-		// C31: the reservation lives until its create ends, however long the start takes.
-		renewing := s.keepReserved(res)
-		unreserve := s.releaser(res)
-		release := func() { renewing.stop(); unreserve() }
-		if req.Volume != "" && !pinned {
-			v, err := s.store.PinVolume(ctx, berth.Volume{Tenant: sb.Tenant, Name: req.Volume, AgentID: host}, actor, s.cfg.Clock())
-			if err != nil {
-				release()
-				return sb, berth.Errorf(berth.EUnavailable, "pin volume: %v", err)
-			}
-			pinned = true
-			if v.AgentID != host {
-				// Another create pinned it first, elsewhere: go there instead.
-				release()
-				preq.VolumeHost = v.AgentID
-				continue
-			}
+		if err != nil {
+			return p.sb, err
 		}
-		sb.AgentID = host
-		if err := at.record(ctx, sb); err != nil {
-			release()
-			return sb, err
+		placed, u := s.bind(ctx, p, c)
+		if u == nil {
+			s.afterCreate(h.renewing) // counted until the agent's heartbeat lists it (LED-4)
+			return placed, nil
 		}
-		// The start is not tied to the client's patience: once sent it completes (bounded
-		// by AgentTimeout), and a sandbox whose client left is then discarded or kept for
-		// its Idempotency-Key, instead of being torn mid-start.
-		err = s.agents.create(context.WithoutCancel(ctx), addr, withTTLLeft(at.ask(sb), s.cfg.Clock()))
-		if err == nil {
-			s.afterCreate(renewing) // counted until the agent's heartbeat lists it (LED-4)
-			s.recordOutcome(ctx, host, false, actor)
-			// Recorded whatever the client does meanwhile: the agent runs it now.
-			started := cmp.Or(at.started, "agent started it")
-			ok, err := s.store.TransitionSandbox(context.WithoutCancel(ctx), sb.ID, []berth.SandboxState{at.inFlight},
-				berth.SandboxRunning, started, actor, s.cfg.Clock())
-			if err == nil && !ok {
-				// Something else moved it first (its agent's heartbeat already promoted it,
-				// or it ended): report what the store holds.
-				if cur, err := s.store.Sandbox(context.WithoutCancel(ctx), sb.ID); err == nil {
-					return cur, nil
-				}
-			}
-			if err != nil {
-				s.abandon(ctx, sb, addr, true, release, "recording running failed: "+err.Error(), at)
-				return sb, berth.Errorf(berth.EUnavailable, "record running: %v", err)
-			}
-			sb.State, sb.Reason = berth.SandboxRunning, started
-			return sb, nil
+		s.unbind(ctx, p, c, h, u) // the one failure path after reserve: it unreserves
+		if err := s.next(ctx, p, c, u); err != nil {
+			return p.sb, err
 		}
-		code := berth.ErrorCode(err)
-		// An explicit refusal (full, saturated) means the agent holds nothing; a failure
-		// (runtime error, timeout, unreachable) leaves its side unknown, so it is told to
-		// stop the sandbox, and it counts toward quarantine (PLC-9): the host accepted the
-		// create and did not deliver.
-		failed := code == berth.EInternal || code == berth.EUnavailable
-		s.abandon(ctx, sb, addr, failed, release, fmt.Sprintf("agent/%s: %v", host, err), at)
-		if failed {
-			s.recordOutcome(ctx, host, true, actor)
-		}
-		if ctx.Err() != nil {
-			return sb, berth.Errorf(berth.EUnavailable, "placement cancelled: the client went away")
-		}
-		if code == berth.ENotFound && !at.fresh {
-			return sb, err // the image is gone: no host can restore it
-		}
-		lastAgentErr = err
-		excluded[host] = code
-		s.cfg.Logger.Info("agent refused; trying next host", "agent", host, "sandbox", sb.ID, "code", code, "err", err)
 	}
+}
+
+// placing is one placement in progress (placeWith): the sandbox, what Pick is asked, and
+// what the attempts so far have learned.
+type placing struct {
+	sb     berth.Sandbox // the current attempt: its id, and its host once bound
+	volume string        // the request's volume ("" for none)
+	actor  string
+	at     attempt
+	preq   placement.Request
+	pinned bool // the volume is pinned, to preq.VolumeHost
+	// excluded maps the agents that said no to the code they said it with (PLC-7).
+	excluded     map[string]string
+	reread       bool  // the store was re-read before a refusal (PLC-6)
+	tries        int   // hosts tried so far, at most MaxHostsPerCreate (PLC-7)
+	lastAgentErr error // the last agent's no, for the refusal's code (PLC-4)
+}
+
+// candidate is the host choose picked for one attempt.
+type candidate struct {
+	d    placement.Decision
+	host string // agent id
+	addr string // its internal API's base URL
+}
+
+// hold is one attempt's reservation in the ledger (LED-1), renewed while the create is in
+// flight (C31); unreserve ends it.
+type hold struct {
+	res      berth.Reservation
+	renewing *renewal
+	release  func() // idempotent (scheduler.releaser)
+}
+
+// unbound is how a bind failed and what it leaves to undo (unbind) and to decide (next).
+type unbound struct {
+	// err is the placement's answer when it ends here; nil: it goes on to pick again.
+	err error
+	// recorded: the attempt's record was written and is undone with reason.
+	recorded bool
+	reason   string
+	// stopAgent: the agent's side is unknown (it failed rather than refused), so it is told
+	// to stop the sandbox, and the failure counts toward its host's quarantine (PLC-9).
+	stopAgent bool
+	// agentErr is the agent's no ("" code when the agent was never asked).
+	agentErr error
+}
+
+// errLedgerSaidNo is reserve's answer when the ledger no longer has the room the snapshot
+// showed (another create took it): the snapshot has been re-read and Pick runs again.
+var errLedgerSaidNo = errors.New("the ledger has no room on that host")
+
+// begin starts a placement of sb: a re-read of the snapshot when it is stale (PLC-5) and,
+// for a volume, the host it is pinned to (POOL-2: a volume lands only on its host; one not
+// yet pinned may land on any stateful-pool host, and is pinned where it first lands).
+// Errors: unavailable when the store fails.
+func (s *scheduler) begin(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string, at attempt) (*placing, error) {
+	if err := s.refreshIfStale(ctx); err != nil {
+		return nil, berth.Errorf(berth.EUnavailable, "store: %v", err)
+	}
+	p := &placing{sb: sb, volume: req.Volume, actor: actor, at: at, excluded: map[string]string{},
+		preq: placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool, Restore: at.restore}}
+	if req.Volume == "" {
+		return p, nil
+	}
+	v, err := s.store.Volume(ctx, sb.Tenant, req.Volume)
+	switch {
+	case err == nil:
+		p.preq.VolumeHost, p.pinned = v.AgentID, true
+	case errors.Is(err, berth.ErrNotFound):
+		// Not pinned yet: any stateful-pool host (a volume sandbox is stateful).
+	default:
+		return nil, berth.Errorf(berth.EUnavailable, "read volume: %v", err)
+	}
+	return p, nil
+}
+
+// choose is Filter and Score: Pick over the cached snapshot, without the hosts that said no
+// (PLC-1…4, PLC-7). Before a refusal it re-reads the store and picks once more, once per
+// placement (PLC-6); past MaxHostsPerCreate hosts it refuses, counting the host it would
+// have tried next as saturated. Each host chosen is one attempt: a create's every attempt
+// after the first is a new sandbox id (the refused one stays failed). Errors: the 503
+// refusal (scheduler.refusal), or unavailable when the store fails.
+func (s *scheduler) choose(ctx context.Context, p *placing) (candidate, error) {
+	d, host, addr := s.pick(p.preq, p.excluded)
+	if d.Index < 0 && !p.reread {
+		p.reread = true // PLC-6: never serve a refusal from the cache
+		if err := s.refresh(ctx); err != nil {
+			return candidate{}, berth.Errorf(berth.EUnavailable, "store: %v", err)
+		}
+		d, host, addr = s.pick(p.preq, p.excluded)
+	}
+	if d.Index < 0 {
+		return candidate{}, s.refusal(ctx, d, p.sb, p.lastAgentErr)
+	}
+	if p.tries >= s.cfg.MaxHostsPerCreate {
+		d.Rejected[placement.ReasonSaturated]++ // the host it would try next, had it the patience
+		return candidate{}, s.refusal(ctx, d, p.sb, p.lastAgentErr)
+	}
+	p.tries++
+	if p.tries > 1 && p.at.fresh {
+		p.sb.ID = newID("sb")
+	}
+	return candidate{d: d, host: host, addr: addr}, nil
+}
+
+// reserve is Reserve: it takes the attempt's charge (MiB) on c's host in the ledger, only if
+// it still fits there, atomically with that check (LED-1), counts it in the snapshot at once
+// and keeps it renewed until the create ends (C31). Errors: errLedgerSaidNo when the ledger
+// knew more than the snapshot (another create took the room; the snapshot is re-read, so the
+// next Pick judges the host on memory), unavailable when the store fails.
+func (s *scheduler) reserve(ctx context.Context, p *placing, c candidate) (*hold, error) {
+	now := s.cfg.Clock()
+	res := berth.Reservation{
+		ID: newID("rsv"), AgentID: c.host, SandboxID: p.sb.ID, MiB: c.d.ChargeMiB,
+		Owner: s.cfg.ReplicaID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.ReservationTTL),
+	}
+	ok, err := s.store.Reserve(ctx, res, now)
+	if err != nil {
+		return nil, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
+	}
+	if !ok {
+		if err := s.refresh(ctx); err != nil {
+			return nil, berth.Errorf(berth.EUnavailable, "store: %v", err)
+		}
+		return nil, errLedgerSaidNo
+	}
+	s.adjustPending(c.host, res.MiB)
+	return &hold{res: res, renewing: s.keepReserved(res), release: s.releaser(res)}, nil
+}
+
+// unreserve is Unreserve: it ends an attempt's hold — stops its renewals, releases its
+// reservation in the ledger and in the snapshot (LED-3). Idempotent; a release the store
+// fails is left to the reservation's TTL (LED-2).
+func (s *scheduler) unreserve(h *hold) {
+	h.renewing.stop()
+	h.release()
+}
+
+// bind is Bind: it pins a new volume to c's host (pinVolume), records the attempt there (a
+// create's row starting, holding its Idempotency-Key; a resume's resuming), has the agent
+// start it and records it running (running). It returns the running sandbox, or how it
+// failed (unbound); it never touches the reservation.
+func (s *scheduler) bind(ctx context.Context, p *placing, c candidate) (berth.Sandbox, *unbound) {
+	if u := s.pinVolume(ctx, p, c.host); u != nil {
+		return p.sb, u
+	}
+	p.sb.AgentID = c.host
+	if err := p.at.record(ctx, p.sb); err != nil {
+		return p.sb, &unbound{err: err}
+	}
+	// The start is not tied to the client's patience: once sent it completes (bounded by
+	// AgentTimeout), and a sandbox whose client left is then discarded or kept for its
+	// Idempotency-Key, instead of being torn mid-start.
+	if err := s.agents.create(context.WithoutCancel(ctx), c.addr, withTTLLeft(p.at.ask(p.sb), s.cfg.Clock())); err != nil {
+		return p.sb, agentSaidNo(c.host, err)
+	}
+	s.recordOutcome(ctx, c.host, false, p.actor)
+	return s.running(ctx, p)
+}
+
+// pinVolume pins the placement's volume, when it is not pinned yet, to host (POOL-2). When
+// another create pinned it first, elsewhere, the placement follows it there: the unbound it
+// returns then has no error (pick again, on the volume's host). Errors: unavailable.
+func (s *scheduler) pinVolume(ctx context.Context, p *placing, host string) *unbound {
+	if p.volume == "" || p.pinned {
+		return nil
+	}
+	v, err := s.store.PinVolume(ctx, berth.Volume{Tenant: p.sb.Tenant, Name: p.volume, AgentID: host}, p.actor, s.cfg.Clock())
+	if err != nil {
+		return &unbound{err: berth.Errorf(berth.EUnavailable, "pin volume: %v", err)}
+	}
+	p.pinned = true
+	if v.AgentID != host {
+		p.preq.VolumeHost = v.AgentID
+		return &unbound{}
+	}
+	return nil
+}
+
+// agentSaidNo is a bind the agent on host did not start. An explicit refusal (full,
+// saturated) means the agent holds nothing; a failure (runtime error, timeout, unreachable)
+// leaves its side unknown, so it is told to stop the sandbox, and it counts toward
+// quarantine (PLC-9): the host accepted the create and did not deliver.
+func agentSaidNo(host string, err error) *unbound {
+	code := berth.ErrorCode(err)
+	return &unbound{recorded: true, reason: fmt.Sprintf("agent/%s: %v", host, err),
+		stopAgent: code == berth.EInternal || code == berth.EUnavailable, agentErr: err}
+}
+
+// running records the started attempt running, whatever the client does meanwhile (the
+// agent runs it now). When something else moved it first (its agent's heartbeat promoted it,
+// or it ended) it returns what the store holds. A store error is unavailable, with the
+// attempt to undo: the agent is told to stop it.
+func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *unbound) {
+	rec := context.WithoutCancel(ctx)
+	started := cmp.Or(p.at.started, "agent started it")
+	ok, err := s.store.TransitionSandbox(rec, p.sb.ID, []berth.SandboxState{p.at.inFlight},
+		berth.SandboxRunning, started, p.actor, s.cfg.Clock())
+	if err != nil {
+		return p.sb, &unbound{err: berth.Errorf(berth.EUnavailable, "record running: %v", err),
+			recorded: true, reason: "recording running failed: " + err.Error(), stopAgent: true}
+	}
+	if !ok {
+		if cur, err := s.store.Sandbox(rec, p.sb.ID); err == nil {
+			return cur, nil
+		}
+	}
+	sb := p.sb
+	sb.State, sb.Reason = berth.SandboxRunning, started
+	return sb, nil
+}
+
+// unbind undoes a reserved attempt that did not become a running sandbox, in this order:
+// when the agent's side is unknown it is told to stop the sandbox (before its room is given
+// back); the hold is unreserved; the attempt's record, if written, is undone (a create's row
+// ends failed, which frees its Idempotency-Key; a resume's is paused again). It runs on a
+// context of its own: a client that went away must not leave a reservation or a starting
+// row behind (C20). Failures are logged: the sweeper and the reservation's TTL settle them.
+func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold, u *unbound) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if u.stopAgent {
+		if err := s.agents.delete(cctx, c.addr, p.sb.ID); err != nil {
+			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", p.sb.ID, "err", err)
+		}
+	}
+	s.unreserve(h)
+	if !u.recorded {
+		return
+	}
+	if err := p.at.undo(cctx, p.sb, u.reason); err != nil {
+		s.cfg.Logger.Error("could not record an abandoned attempt; the sweeper will", "sandbox", p.sb.ID, "err", err)
+	}
+}
+
+// next decides, after an unbind, whether the placement goes on (nil) or ends with the error
+// it returns. An agent's failure counts toward its host's quarantine (PLC-9); an agent's no
+// excludes its host (PLC-7), unless the client went away (unavailable) or a restore's image
+// is gone (not_found: no host can restore it).
+func (s *scheduler) next(ctx context.Context, p *placing, c candidate, u *unbound) error {
+	if u.agentErr == nil {
+		return u.err
+	}
+	if u.stopAgent {
+		s.recordOutcome(ctx, c.host, true, p.actor)
+	}
+	if ctx.Err() != nil {
+		return berth.Errorf(berth.EUnavailable, "placement cancelled: the client went away")
+	}
+	code := berth.ErrorCode(u.agentErr)
+	if code == berth.ENotFound && !p.at.fresh {
+		return u.agentErr
+	}
+	p.lastAgentErr = u.agentErr
+	p.excluded[c.host] = code
+	s.cfg.Logger.Info("agent refused; trying next host", "agent", c.host, "sandbox", p.sb.ID, "code", code, "err", u.agentErr)
+	return nil
 }
 
 // volumeKey is the agent's name for a tenant's volume, "<tenant>/<name>" ("" for none).
@@ -264,23 +439,4 @@ func volumeKey(tenant, name string) string {
 		return ""
 	}
 	return tenant + "/" + name
-}
-
-// abandon undoes one attempt: when the agent's side is unknown (stopAgent) it is told to
-// stop the sandbox, the reservation is released and the attempt's record is undone (a
-// create's row ends failed, which frees its Idempotency-Key; a resume's is paused again). It
-// runs on its own context: a client that went away must not leave a reservation or a
-// starting row behind (C20).
-func (s *scheduler) abandon(ctx context.Context, sb berth.Sandbox, addr string, stopAgent bool, release func(), reason string, at attempt) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if stopAgent {
-		if err := s.agents.delete(cctx, addr, sb.ID); err != nil {
-			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", sb.ID, "err", err)
-		}
-	}
-	release()
-	if err := at.undo(cctx, sb, reason); err != nil {
-		s.cfg.Logger.Error("could not record an abandoned attempt; the sweeper will", "sandbox", sb.ID, "err", err)
-	}
 }

@@ -57,6 +57,7 @@ func (s *Server) runApps(ctx context.Context) {
 			go func() {
 				defer s.appBusy.Delete(a.Name)
 				s.reconcileApp(ctx, a)
+				s.appDone.Add(1)
 			}()
 		}
 	}
@@ -70,138 +71,67 @@ func (s *Server) kickApps() {
 	}
 }
 
-// reconcileApp takes one step for a (read at the start of the round, or since if this
-// replica wrote it after that read: appAsOfNow; every write re-reads).
+// appStepsPerRound bounds the steps one round takes for an app. A step that changes what the
+// next decision reads (a retire, a lost sandbox, a paused sandbox forgotten) is followed at
+// once by the next; the longest chain is retire, lost, forget, retire, start.
+const appStepsPerRound = 6
+
+// reconcileApp takes a's steps for this round (a read at the start of the round, or since if
+// this replica wrote it after that read: appAsOfNow; every write re-reads): observe what the
+// decision needs, decide (pure), apply, and again while a step asks for the next at once.
 func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 	a, ok := s.appAsOfNow(ctx, a)
 	if !ok {
 		return
 	}
 	s.noteIdle(a.Name, a.IdleSeconds) // for the requests open here (C25)
-	if len(a.Retire) > 0 && !s.cfg.Clock().Before(a.RetireAt) {
-		for _, id := range a.Retire {
-			s.retireSandbox(ctx, id, "app "+a.Name+" no longer uses it")
-		}
-		done := a.Retire
-		updated, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
-			a.Retire = slices.DeleteFunc(a.Retire, func(id string) bool { return slices.Contains(done, id) })
-			return nil
-		})
-		if err != nil {
+	for range appStepsPerRound {
+		now := s.cfg.Clock()
+		act := decide(a, s.observeApp(ctx, a, now), now)
+		next, again := s.applyApp(ctx, a, act)
+		if !again {
 			return
 		}
-		a = updated
+		a = next
 	}
-	now := s.cfg.Clock()
-	switch a.Desired {
-	case berth.DesireHibernated, berth.DesireStopped:
-		target := berth.AppHibernated
-		if a.Desired == berth.DesireStopped {
-			target = berth.AppStopped
-		}
-		if a.SandboxID == "" && a.State == target && (target == berth.AppHibernated || a.PausedSandbox == "") {
-			return
-		}
-		why := cmp.Or(a.Reason, string(a.Desired))
-		if target == berth.AppHibernated && a.SandboxID != "" && s.sched.canCheckpoint(a.AgentID) {
-			s.pauseApp(ctx, a, why)
-			return
-		}
-		s.settle(ctx, a.Name, func(a *berth.App) error {
-			if a.Desired == berth.DesireRunning {
-				return errSuperseded
-			}
-			s.unserve(a)
-			if a.Desired == berth.DesireStopped && a.PausedSandbox != "" {
-				a.Retire = append(a.Retire, a.PausedSandbox) // a stopped app keeps no memory
-				a.PausedSandbox, a.PausedVersion = "", 0
-			}
-			resetStart(a)
-			a.State, a.Reason = target, why
-			return nil
-		})
-		return
-	}
+}
 
-	// Desired running. Is the serving sandbox still alive?
-	if a.SandboxID != "" {
-		sb, err := s.store.Sandbox(ctx, a.SandboxID)
-		switch {
-		case err != nil && !errors.Is(err, berth.ErrNotFound):
-			return
-		case err != nil || sb.State.Terminal():
-			gone, state, why := a.SandboxID, sb.State, sb.Reason
-			if err != nil {
-				state, why = "gone", "the store does not know it"
-			}
-			a2, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
-				if a.SandboxID != gone {
-					return errSuperseded
-				}
-				a.SandboxID, a.AgentID, a.ServingVersion = "", "", 0
-				a.Incarnation++
-				a.State = berth.AppWaking
-				a.Reason = fmt.Sprintf("sandbox %s %s (%s): reconstructing version %d elsewhere", gone, state, why, a.Version)
-				return nil
-			})
-			if err != nil {
-				return
-			}
-			a = a2
-		}
+// observeApp reads what decide needs for a at now: the serving sandbox (desired running),
+// the paused one (a wake of its version), whether its host can checkpoint (a hibernation),
+// this replica's activity (C25) and, only when a retry is pending, whether a host has room.
+func (s *Server) observeApp(ctx context.Context, a berth.App, now time.Time) appFacts {
+	f := appFacts{OpenHere: s.appOpenHere(a.Name)}
+	if v, ok := s.appSeen.Load(a.Name); ok {
+		f.SeenHere = v.(time.Time)
 	}
-	if a.SandboxID != "" && a.ServingVersion == a.Version {
-		if a.State == berth.AppRunning && a.IdleSeconds > 0 && !s.appOpenHere(a.Name) {
-			// C25: idle counts from the end of the last request or connection, on any
-			// replica. Another replica's activity reaches the record at most a flush period
-			// late (while a request is open there, it is rewritten every period), so the
-			// record's time counts as that much later: an app is never hibernated early.
-			recorded, last := a.LastActive, a.LastActive
-			if !last.IsZero() {
-				last = last.Add(appFlushEvery(a.IdleSeconds))
-			}
-			if v, ok := s.appSeen.Load(a.Name); ok && v.(time.Time).After(last) {
-				last = v.(time.Time)
-			}
-			if idle := now.Sub(last); idle >= time.Duration(a.IdleSeconds)*time.Second {
-				// Desired only: the hibernation itself (a pause where the runtime can
-				// checkpoint, else a stop) is the next round's, run at once.
-				s.settle(ctx, a.Name, func(a *berth.App) error {
-					if a.State != berth.AppRunning || a.Desired != berth.DesireRunning || a.LastActive.After(recorded) {
-						return errSuperseded
-					}
-					a.Desired = berth.DesireHibernated
-					a.Reason = fmt.Sprintf("no request open or ended for %s (idle_seconds %d): hibernated", idle.Round(time.Second), a.IdleSeconds)
-					return nil
-				})
-			}
-			return
-		}
-		if a.State != berth.AppRunning {
-			// e.g. a deploy of a version that was already serving; nothing to start.
-			_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
-				if a.SandboxID == "" || a.ServingVersion != a.Version || a.State == berth.AppRunning {
-					return errSuperseded
-				}
-				a.State, a.Reason = berth.AppRunning, fmt.Sprintf("serving version %d from sandbox %s", a.Version, a.SandboxID)
-				return nil
-			})
-		}
-		return
+	running := a.Desired == berth.DesireRunning
+	if a.SandboxID != "" && a.Desired == berth.DesireHibernated {
+		f.CanCheckpoint = s.sched.canCheckpoint(a.AgentID)
 	}
-	if a.State == berth.AppError {
-		return
+	if a.SandboxID != "" && running {
+		f.Serving = s.viewSandbox(ctx, a.Name, a.SandboxID)
 	}
-	if a.SandboxID == "" && a.PausedSandbox != "" && !s.wakePaused(ctx, a) {
-		return
+	if running && a.SandboxID == "" && a.PausedSandbox != "" && a.PausedVersion == a.Version && a.State != berth.AppError {
+		f.Paused = s.viewSandbox(ctx, a.Name, a.PausedSandbox)
 	}
-	// Room on a host is no news to an app its tenant's quota holds back: that one keeps its
-	// backoff.
-	early := a.State == berth.AppWaitingCapacity && a.RetryCode != berth.ETenantOverQuota && s.roomFor(ctx, a)
-	if now.Before(a.RetryAt) && !early {
-		return
+	f.Room = needsRoom(a, now) && s.roomFor(ctx, a)
+	return f
+}
+
+// viewSandbox reads sandbox id for a step of app name. A store error is logged, never
+// dropped; the step then waits (sbUnreadable) and the next round reads again.
+func (s *Server) viewSandbox(ctx context.Context, name, id string) sbView {
+	sb, err := s.store.Sandbox(ctx, id)
+	switch {
+	case err == nil:
+		return sbView{Seen: sbFound, Sandbox: sb}
+	case errors.Is(err, berth.ErrNotFound):
+		return sbView{Seen: sbMissing}
 	}
-	s.startApp(ctx, a)
+	if ctx.Err() == nil {
+		s.log.Warn("app reconciler: reading a sandbox failed; the next round reads again", "app", name, "sandbox", id, "err", err)
+	}
+	return sbView{Seen: sbUnreadable}
 }
 
 // roomFor reports whether this replica's snapshot shows a host that would take a's sandbox
@@ -210,7 +140,13 @@ func (s *Server) reconcileApp(ctx context.Context, a berth.App) {
 // check costs no I/O beyond the snapshot's usual refresh.
 func (s *Server) roomFor(ctx context.Context, a berth.App) bool {
 	t, err := s.templates.get(ctx, a.Spec.Template)
-	if err != nil || s.sched.refreshIfStale(ctx) != nil {
+	if err == nil {
+		err = s.sched.refreshIfStale(ctx)
+	}
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, berth.ErrNotFound) { // a missing template is startApp's to record
+			s.log.Warn("app reconciler: cannot tell whether a host has room; waiting for the retry time", "app", a.Name, "err", err)
+		}
 		return false
 	}
 	d, _, _ := s.sched.pick(placement.Request{MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB)}, nil)
@@ -221,48 +157,8 @@ func (s *Server) roomFor(ctx context.Context, a berth.App) bool {
 // waits until it answers on its port and switches the app to it (switchApp); the sandbox it
 // replaces is retired. Refusals and failures are recorded on the app (APP-2).
 func (s *Server) startApp(ctx context.Context, a berth.App) {
-	t, err := s.templates.get(ctx, a.Spec.Template)
-	if errors.Is(err, berth.ErrNotFound) {
-		s.failApp(ctx, a, fmt.Sprintf("template %q no longer exists: deploy a version with another template", a.Spec.Template))
-		return
-	}
-	if err != nil {
-		return // the store is down; the next round tries again
-	}
-	now := s.cfg.Clock().UTC()
-	sb := berth.Sandbox{
-		ID: newID("sb"), Template: t.Name, Tenant: a.Tenant,
-		MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB), VCPUs: t.VCPUs,
-		CreatedAt: now, ExpiresAt: now.Add(s.cfg.MaxTTL),
-		Metadata:       map[string]string{"app": a.Name, "app_version": strconv.Itoa(a.Version)},
-		IdempotencyKey: a.IdempotencyKey(),
-	}
-	placed, _, err := s.createIdempotent(ctx, sb, berth.CreateRequest{}, s.appActor())
-	if err != nil {
-		code := berth.ErrorCode(err)
-		var e *berth.Error
-		if errors.As(err, &e) && (e.Retryable() || code == berth.ETenantOverQuota) {
-			s.waitCapacity(ctx, a, e)
-			return
-		}
-		if code == berth.EInvalidRequest || code == berth.ETemplateNotFound {
-			s.failApp(ctx, a, "cannot be placed: "+berth.ErrorMessage(err))
-			return
-		}
-		s.log.Warn("app start failed; will retry", "app", a.Name, "err", err)
-		return
-	}
-	if placed.State != berth.SandboxRunning {
-		// The key's sandbox ended already (a start superseded and stopped earlier): the next
-		// start needs a new key. (A failed start frees its key by itself.)
-		incarnation := a.Incarnation
-		_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
-			if a.Incarnation != incarnation {
-				return errSuperseded
-			}
-			a.Incarnation++
-			return nil
-		})
+	placed, ok := s.placeApp(ctx, a)
+	if !ok {
 		return
 	}
 	addr, err := s.agentAddress(ctx, placed.AgentID)
@@ -284,11 +180,69 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 	s.switchApp(ctx, a, placed, a.Version)
 }
 
+// placeApp creates a's sandbox through the scheduler, under the start's Idempotency-Key (or
+// finds the one a replica created under it). ok is false when there is nothing to set up:
+// the refusal or fault is then recorded on the app (APP-2).
+func (s *Server) placeApp(ctx context.Context, a berth.App) (_ berth.Sandbox, ok bool) {
+	t, err := s.templates.get(ctx, a.Spec.Template)
+	if errors.Is(err, berth.ErrNotFound) {
+		s.failApp(ctx, a, fmt.Sprintf("template %q no longer exists: deploy a version with another template", a.Spec.Template))
+		return berth.Sandbox{}, false
+	}
+	if err != nil {
+		s.log.Warn("app start: reading its template failed; the next round tries again", "app", a.Name, "err", err)
+		return berth.Sandbox{}, false
+	}
+	now := s.cfg.Clock().UTC()
+	sb := berth.Sandbox{
+		ID: newID("sb"), Template: t.Name, Tenant: a.Tenant,
+		MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB), VCPUs: t.VCPUs,
+		CreatedAt: now, ExpiresAt: now.Add(s.cfg.MaxTTL),
+		Metadata:       map[string]string{"app": a.Name, "app_version": strconv.Itoa(a.Version)},
+		IdempotencyKey: a.IdempotencyKey(),
+	}
+	placed, _, err := s.createIdempotent(ctx, sb, berth.CreateRequest{}, s.appActor())
+	if err != nil {
+		s.startRefused(ctx, a, err)
+		return berth.Sandbox{}, false
+	}
+	if placed.State != berth.SandboxRunning {
+		// The key's sandbox ended already (a start superseded and stopped earlier): the next
+		// start needs a new key. (A failed start frees its key by itself.)
+		incarnation := a.Incarnation
+		s.noteApp(ctx, a.Name, "take a new incarnation", func(a *berth.App) error {
+			if a.Incarnation != incarnation {
+				return errSuperseded
+			}
+			a.Incarnation++
+			return nil
+		})
+		return berth.Sandbox{}, false
+	}
+	return placed, true
+}
+
+// startRefused records why the scheduler did not place a's sandbox: a refusal that frees up
+// (any retryable code, and tenant_over_quota) waits (waitCapacity); a request that can never
+// be placed is the app's error; anything else is logged and retried next round.
+func (s *Server) startRefused(ctx context.Context, a berth.App, err error) {
+	code := berth.ErrorCode(err)
+	var e *berth.Error
+	switch {
+	case errors.As(err, &e) && (e.Retryable() || code == berth.ETenantOverQuota):
+		s.waitCapacity(ctx, a, e)
+	case code == berth.EInvalidRequest || code == berth.ETemplateNotFound:
+		s.failApp(ctx, a, "cannot be placed: "+berth.ErrorMessage(err))
+	default:
+		s.log.Warn("app start failed; will retry", "app", a.Name, "err", err)
+	}
+}
+
 // switchApp makes sandbox placed (running version) serve app a, retiring what served before
 // after a grace; if the app changed meanwhile, placed is stopped instead.
 func (s *Server) switchApp(ctx context.Context, a berth.App, placed berth.Sandbox, version int) {
 	var waited time.Time
-	switched, err := s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+	switched, err := s.commitApp(ctx, a.Name, "switch to its new sandbox", func(a *berth.App) error {
 		if a.Desired != berth.DesireRunning || (a.Version != version && a.PausedSandbox != placed.ID) {
 			return errSuperseded
 		}
@@ -410,7 +364,7 @@ func (s *Server) appWatch(name string) <-chan struct{} {
 // refusal's time, and the next try after Retry-After plus a full-jitter backoff (APP-2).
 func (s *Server) waitCapacity(ctx context.Context, a berth.App, e *berth.Error) {
 	version := a.Version
-	_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+	s.noteApp(ctx, a.Name, "record a refusal", func(a *berth.App) error {
 		if a.Version != version || a.Desired != berth.DesireRunning {
 			return errSuperseded
 		}
@@ -433,7 +387,7 @@ func (s *Server) waitCapacity(ctx context.Context, a berth.App, e *berth.Error) 
 // failed otherwise; the app errors only after AppStartFailures exits in a row.
 func (s *Server) startFailed(ctx context.Context, a berth.App, exited bool, cause error) {
 	version := a.Version
-	_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+	s.noteApp(ctx, a.Name, "record a failed start", func(a *berth.App) error {
 		if a.Version != version || a.Desired != berth.DesireRunning {
 			return errSuperseded
 		}
@@ -465,7 +419,7 @@ func (s *Server) startFailed(ctx context.Context, a berth.App, exited bool, caus
 // failApp moves a to error with reason: a fault no retry can fix.
 func (s *Server) failApp(ctx context.Context, a berth.App, reason string) {
 	version := a.Version
-	_, _ = s.mutateApp(ctx, a.Name, s.appActor(), func(a *berth.App) error {
+	s.noteApp(ctx, a.Name, "record the error", func(a *berth.App) error {
 		if a.Version != version {
 			return errSuperseded
 		}
@@ -482,9 +436,9 @@ func oneLine(s string) string {
 
 // settle applies fn and stops the sandboxes it retired.
 func (s *Server) settle(ctx context.Context, name string, fn func(a *berth.App) error) {
-	a, err := s.mutateApp(ctx, name, s.appActor(), fn)
+	a, err := s.commitApp(ctx, name, "settle", fn)
 	if err != nil {
-		return
+		return // superseded, deleted, or the store failed (logged): the next round decides
 	}
 	for _, id := range a.Retire {
 		s.retireSandbox(ctx, id, "app "+name+" "+string(a.State))
@@ -493,7 +447,7 @@ func (s *Server) settle(ctx context.Context, name string, fn func(a *berth.App) 
 }
 
 // unserve moves a's serving sandbox to its retire list, to be stopped at once.
-func (s *Server) unserve(a *berth.App) {
+func unserve(a *berth.App) {
 	if a.SandboxID != "" {
 		a.Retire = append(a.Retire, a.SandboxID)
 	}
@@ -560,13 +514,22 @@ func (s *Server) appAsOfNow(ctx context.Context, a berth.App) (_ berth.App, ok b
 	return cur, true
 }
 
-// retireSandbox stops a sandbox an app no longer uses (if it still runs) and records it.
-func (s *Server) retireSandbox(ctx context.Context, id, reason string) {
+// retireSandbox stops a sandbox an app no longer uses (if it still runs) and records it. It
+// reports false only when the store could not say what became of the sandbox (logged): the
+// caller keeps it on the retire list for the next round, rather than leave it running.
+func (s *Server) retireSandbox(ctx context.Context, id, reason string) bool {
 	sb, err := s.store.Sandbox(ctx, id)
-	if err != nil || sb.State.Terminal() {
-		return
+	if errors.Is(err, berth.ErrNotFound) {
+		return true
 	}
-	s.discard(ctx, sb, reason)
+	if err != nil {
+		s.log.Warn("app reconciler: reading a sandbox to retire failed; it stays on the retire list", "sandbox", id, "err", err)
+		return false
+	}
+	if !sb.State.Terminal() {
+		s.discard(ctx, sb, reason)
+	}
+	return true
 }
 
 func (s *Server) appActor() string { return "reconciler/" + s.cfg.ReplicaID }

@@ -159,7 +159,7 @@ func TestPLC5_DrainReachesOtherReplica(t *testing.T) {
 			if time.Since(start) > 30*time.Second {
 				t.Fatalf("replica B never saw draining=%v", want)
 			}
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // real: replica B learns of the drain by PostgreSQL NOTIFY
 		}
 		return time.Since(start)
 	}
@@ -247,6 +247,6 @@ func TestPostgresOutage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the replica did not recover after PostgreSQL came back")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // real: PostgreSQL restarting
 	}
 }

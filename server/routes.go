@@ -56,6 +56,21 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("PUT /v1/tenants/{name}/quota", admin(s.putQuota))
 	mux.HandleFunc("GET /v1/tenants/{name}/quota", admin(s.getQuota))
 
+	s.appRoutes(mux, tenant)
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return s.recoverer(s.appsByHost(mux))
+}
+
+// appRoutes adds the app API (APP-1) and the requests to apps by path, /apps/{name}/….
+func (s *Server) appRoutes(mux *http.ServeMux, tenant func(apiFunc) http.HandlerFunc) {
 	mux.HandleFunc("POST /v1/apps", tenant(s.createApp))
 	mux.HandleFunc("GET /v1/apps", tenant(s.listApps))
 	mux.HandleFunc("GET /v1/apps/{name}", tenant(s.getApp))
@@ -68,26 +83,21 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/apps/{name}/stop", tenant(s.setAppDesired(berth.DesireStopped, "stop")))
 	mux.HandleFunc("/apps/{name}", s.appRoute)
 	mux.HandleFunc("/apps/{name}/{path...}", s.appRoute)
+}
 
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
-	})
-	var h http.Handler = mux
-	if s.cfg.AppsDomain != "" {
-		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if name, ok := s.appHost(r); ok {
-				s.serveApp(w, r, name, r.URL.EscapedPath())
-				return
-			}
-			mux.ServeHTTP(w, r)
-		})
+// appsByHost routes a request whose Host is <app>.<AppsDomain> to the app, any other to mux;
+// without an AppsDomain it is mux.
+func (s *Server) appsByHost(mux *http.ServeMux) http.Handler {
+	if s.cfg.AppsDomain == "" {
+		return mux
 	}
-	return s.recoverer(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := s.appHost(r); ok {
+			s.serveApp(w, r, name, r.URL.EscapedPath())
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // recoverer gives every request an id and turns a panic into a logged 500 (a bug, never

@@ -97,27 +97,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		outcome = berth.ErrorCode(err)
 		return err
 	}
-	// In the store's precision (milliseconds), so the answer is the sandbox as every later
-	// read shows it, and a replay is the first answer byte for byte (C26).
-	now := s.cfg.Clock().UTC().Truncate(time.Millisecond)
-	ttl := s.cfg.DefaultTTL
-	if req.TTLSeconds > 0 {
-		ttl = time.Duration(req.TTLSeconds) * time.Second
-	}
-	sb := berth.Sandbox{
-		ID: newID("sb"), Template: t.Name, Tenant: p.Tenant,
-		MemoryMiB: cmp.Or(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
-		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		Metadata: req.Metadata, IdempotencyKey: idem, Volume: req.Volume,
-	}
-	if idem != "" {
-		sb.RequestHash = berth.RequestHash(createRoute, req) // C26: the key binds to this request
-	}
-	if req.Volume != "" {
-		// Durable data makes it stateful: charged in full, never evicted, stateful pool only
-		// (POOL-2, POOL-3).
-		sb.Stateful = true
-	}
+	sb := s.newSandboxFor(req, t, p.Tenant, idem)
 	placed, replayed, err := s.createIdempotent(r.Context(), sb, req, "tenant/"+p.Tenant)
 	switch {
 	case err != nil:
@@ -136,18 +116,52 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		return berth.Errorf(berth.EUnavailable, "create abandoned: the client went away")
 	}
 	outcome = "created"
-	// MET-4: time from the first (refused) attempt to this success, for creates that
-	// were refused at least once.
-	if n, _ := strconv.Atoi(r.Header.Get(berth.HeaderAttempt)); n > 1 {
-		if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
-			if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
-				s.metrics.firstRefusal.WithLabelValues("sandbox").Observe(d.Seconds())
-			}
-		}
-	}
+	s.observeFirstRefusal(r)
 	s.log.Info("sandbox created", "sandbox", placed.ID, "agent", placed.AgentID, "tenant", p.Tenant, "memory_mb", placed.MemoryMiB)
 	s.answerCreate(w, r, p, sb, placed)
 	return nil
+}
+
+// newSandboxFor is the sandbox a valid create request req asks for from template t, for tenant,
+// holding the Idempotency-Key idem ("" for none) bound to the request's hash (C26). Memory
+// (MiB) and vCPUs default to the template's, the TTL to DefaultTTL; a volume makes it
+// stateful (POOL-2, POOL-3).
+func (s *Server) newSandboxFor(req berth.CreateRequest, t berth.Template, tenant, idem string) berth.Sandbox {
+	// In the store's precision (milliseconds), so the answer is the sandbox as every later
+	// read shows it, and a replay is the first answer byte for byte (C26).
+	now := s.cfg.Clock().UTC().Truncate(time.Millisecond)
+	ttl := s.cfg.DefaultTTL
+	if req.TTLSeconds > 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	sb := berth.Sandbox{
+		ID: newID("sb"), Template: t.Name, Tenant: tenant,
+		MemoryMiB: cmp.Or(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
+		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
+		Metadata: req.Metadata, IdempotencyKey: idem, Volume: req.Volume,
+	}
+	if idem != "" {
+		sb.RequestHash = berth.RequestHash(createRoute, req) // C26: the key binds to this request
+	}
+	if req.Volume != "" {
+		// Durable data makes it stateful: charged in full, never evicted, stateful pool only
+		// (POOL-2, POOL-3).
+		sb.Stateful = true
+	}
+	return sb
+}
+
+// observeFirstRefusal records MET-4 for a create that succeeded after being refused at least
+// once: the time from its first attempt (the SDK's Berth-First-Attempt) to now, in seconds.
+func (s *Server) observeFirstRefusal(r *http.Request) {
+	if n, _ := strconv.Atoi(r.Header.Get(berth.HeaderAttempt)); n <= 1 {
+		return
+	}
+	if fa, err := time.Parse(time.RFC3339Nano, r.Header.Get(berth.HeaderFirstAttempt)); err == nil {
+		if d := time.Since(fa); d >= 0 && d < 24*time.Hour {
+			s.metrics.firstRefusal.WithLabelValues("sandbox").Observe(d.Seconds())
+		}
+	}
 }
 
 // createRoute is the route a sandbox create's Idempotency-Key is scoped to (C26).

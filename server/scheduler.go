@@ -88,7 +88,6 @@ func hostOf(a berth.Agent, pendingMiB int64, now time.Time) placement.Host {
 		Quarantined:   a.QuarantinedUntil.After(now), // PLC-9; probation starts when it passes
 		IntakeOpen:    a.IntakeOpen,
 		Preemptible:   a.Preemptible,
-		StreamRestore: a.StreamRestoreEnabled,
 		CanRestore:    a.Checkpoint,
 		Region:        a.Region,
 		Pool:          a.Pool,

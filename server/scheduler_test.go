@@ -346,7 +346,7 @@ func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("after the failed create: reservations %+v, sandboxes %+v; want none and one %s", rs, sbs, want)
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // real: the server's handler finishing behind a loopback HTTP server
 			}
 			if got := a.deletes.Load() > 0; got != tc.wantDelete {
 				t.Fatalf("agent told to stop the sandbox: %v, want %v", got, tc.wantDelete)

@@ -160,6 +160,8 @@ type Server struct {
 	appFlushed  sync.Map // name → time.Time
 	appFlushing sync.Map // name → true
 	appOpen     sync.Map // name → *appActivity
+	// appDone counts finished reconcileApp calls, so a test can wait for rounds, not time.
+	appDone atomic.Int64
 	// appTransport carries app requests to agents, keeping connections to each agent warm
 	// (the default keeps 2 idle per host: every burst above that would reconnect).
 	appTransport *http.Transport
@@ -171,6 +173,48 @@ type Server struct {
 
 // New returns a server over st. Zero fields of cfg take their defaults.
 func New(cfg Config, st berth.Store) *Server {
+	cfg = cfg.withDefaults()
+	if el, ok := st.(berth.EventLogger); ok {
+		// LIF-3: every committed event is also a structured log line.
+		log := cfg.Logger
+		el.LogEvents(func(e berth.Event) {
+			log.Info("event", "at", e.At, "entity", e.Entity, "from", e.From, "to", e.To, "reason", e.Reason, "actor", e.Actor)
+		})
+	}
+	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
+	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
+	return &Server{
+		cfg:          cfg,
+		store:        st,
+		sched:        newScheduler(st, cfg, ac, m),
+		agents:       ac,
+		auth:         newAuthenticator(st, cfg.NodeToken),
+		templates:    newTemplateCache(st, cfg.Clock),
+		quotas:       &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
+		metrics:      m,
+		log:          cfg.Logger,
+		appKick:      make(chan struct{}, 1),
+		appWatchers:  map[string]chan struct{}{},
+		appTransport: newAppTransport(cfg.AppHeaderTimeout),
+	}
+}
+
+// newAppTransport carries app requests to agents, keeping connections to each agent warm;
+// headerTimeout bounds the wait for an app's response headers (AppHeaderTimeout).
+func newAppTransport(headerTimeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		// C28: a host that never accepts, or accepts and never answers, does not hold
+		// the request (and a connection) until the client gives up.
+		DialContext:           (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   agentDialTimeout,
+		ResponseHeaderTimeout: headerTimeout,
+	}
+}
+
+// withDefaults returns cfg with every zero knob at its default (DefaultConfig), a random
+// ReplicaID, StartingGrace AgentTimeout + 30 s, and a logger, clock and registry.
+func (cfg Config) withDefaults() Config {
 	def := DefaultConfig()
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = "replica-" + randomHex(4)
@@ -216,36 +260,7 @@ func New(cfg Config, st berth.Store) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	if el, ok := st.(berth.EventLogger); ok {
-		// LIF-3: every committed event is also a structured log line.
-		log := cfg.Logger
-		el.LogEvents(func(e berth.Event) {
-			log.Info("event", "at", e.At, "entity", e.Entity, "from", e.From, "to", e.To, "reason", e.Reason, "actor", e.Actor)
-		})
-	}
-	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
-	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
-	return &Server{
-		cfg:         cfg,
-		store:       st,
-		sched:       newScheduler(st, cfg, ac, m),
-		agents:      ac,
-		auth:        newAuthenticator(st, cfg.NodeToken),
-		templates:   newTemplateCache(st, cfg.Clock),
-		quotas:      &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
-		metrics:     m,
-		log:         cfg.Logger,
-		appKick:     make(chan struct{}, 1),
-		appWatchers: map[string]chan struct{}{},
-		appTransport: &http.Transport{
-			Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
-			// C28: a host that never accepts, or accepts and never answers, does not hold
-			// the request (and a connection) until the client gives up.
-			DialContext:           (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   agentDialTimeout,
-			ResponseHeaderTimeout: cfg.AppHeaderTimeout,
-		},
-	}
+	return cfg
 }
 
 // Run sweeps expired reservations (LED-2) and abandoned starting sandboxes, and follows the

@@ -307,7 +307,7 @@ func TestAPP2_DeployOnFullFleetKeepsOldVersionServing(t *testing.T) {
 				failed.Add(1)
 				lastFail.Store(fmt.Sprintf("%d %q", code, body))
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // real: paces client traffic to a real server during a deploy
 		}
 	})
 	defer func() { close(done); wg.Wait() }()

@@ -44,7 +44,10 @@ func TestBenchReplicas(t *testing.T) {
 		go func() { defer close(done); _ = a.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	time.Sleep(1500 * time.Millisecond) // every agent heartbeats once
+	waitFor(t, 30*time.Second, "every agent heartbeats once", func() (bool, string) {
+		as, err := f.seed.Agents(context.Background())
+		return err == nil && len(as) == 4, fmt.Sprint(len(as), " agents, ", err)
+	})
 	clients, dur := 32, 10*time.Second
 	res, err := runBenchCreate(context.Background(), benchConfig{URLs: f.urls, Key: f.adminKey, Clients: clients,
 		Duration: dur, MaxCreates: 1_000_000, Template: "shell", Cleanup: true})

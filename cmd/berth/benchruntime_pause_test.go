@@ -96,7 +96,7 @@ func (s *benchRT) pauseResume(t *testing.T, tap *rtLogTap, size int64, mode stri
 	r.storedMiB, _ = strconv.ParseFloat(m[3], 64)
 	r.checkpointMS, _ = strconv.ParseInt(m[4], 10, 64)
 	r.uploadMS, _ = strconv.ParseInt(m[5], 10, 64)
-	time.Sleep(2 * time.Second) // the kernel frees the sentry's memory as its cgroup goes
+	time.Sleep(2 * time.Second) // real: a measurement: the kernel frees the sentry's memory as its cgroup goes
 	r.freedMiB = rtMemAvailableMiB() - availLoaded
 	onDisk := rtDirSize(filepath.Join(s.st.dataDir, "snapshots", sb.ID))
 
@@ -130,7 +130,7 @@ func (s *benchRT) pauseResume(t *testing.T, tap *rtLogTap, size int64, mode stri
 	statAfter := rtCgroupStat(sb.ID)
 	if late {
 		// Does the restored sentry give back what the restore took? A reading 30 s on.
-		time.Sleep(30 * time.Second)
+		time.Sleep(30 * time.Second) // real: a measurement of a gVisor sentry 30 s on
 		mib, _ := s.resident(t, sb.ID)
 		statAfter += fmt.Sprintf("; 30 s later: resident %d MiB, %s", mib, rtCgroupStat(sb.ID))
 	}
@@ -151,7 +151,7 @@ func (s *benchRT) settled(t *testing.T, id string, atLeast int64) int64 {
 			return mib
 		}
 		last = mib
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // real: polls a gVisor guest's resident memory until it settles
 	}
 	return last
 }
@@ -203,7 +203,7 @@ func (s *benchRT) waitFile(ctx context.Context, id, path, errlog string, limit t
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("no %s after %s: %v", path, limit, err)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // real: a file a gVisor guest writes
 	}
 }
 

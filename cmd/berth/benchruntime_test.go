@@ -104,7 +104,7 @@ func TestBenchRuntimes(t *testing.T) {
 			idle[s.name+"/"+tpl] = sb
 		}
 	}
-	time.Sleep(3 * time.Second) // a measurement (1 s) and a heartbeat (2 s) see them
+	time.Sleep(3 * time.Second) // real: a measurement: the real agent's measure (1 s) and heartbeat (2 s) periods
 	tw := newRTTable(&rep, t)
 	fmt.Fprintln(tw, "idle sandbox\tresident MiB (agent's measure)\t")
 	for _, s := range stacks {

@@ -142,7 +142,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() (bool, 
 			return
 		}
 		last = msg
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // real: servers, agents and sandboxes are real processes and sockets
 	}
 	t.Fatalf("timed out waiting for %s; last: %s", what, last)
 }
@@ -259,7 +259,7 @@ func TestE2E_WorkingSetAdmitsMore(t *testing.T) {
 		case code == http.StatusCreated:
 			ids = append(ids, sb.ID)
 		case code == http.StatusServiceUnavailable && e.Code == berth.ENoCapacity:
-			time.Sleep(200 * time.Millisecond) // wait for a measurement and a heartbeat
+			time.Sleep(200 * time.Millisecond) // real: a real agent's next measurement and heartbeat (bounded: 200 attempts)
 		default:
 			t.Fatalf("create: %d %+v", code, e)
 		}

@@ -460,7 +460,7 @@ func TestAPP1_WebSocketOnGVisor(t *testing.T) {
 		if _, err := io.ReadFull(br, got); err != nil || string(got) != string(msg) {
 			t.Fatalf("echo %d = %q, %v; want %q", i, got, err, msg)
 		}
-		time.Sleep(time.Second) // a long-lived exchange, as a browser's would be
+		time.Sleep(time.Second) // real: a WebSocket held open across real seconds is what is tested
 	}
 }
 

@@ -139,7 +139,7 @@ func (f *pgFleet) agent(t *testing.T, id, url string, memMiB int64) *agent.Agent
 	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = id, berth.AdmissionCommitted, memMiB, 0
 	cfg.HeartbeatInterval, cfg.MeasureInterval = 100*time.Millisecond, 100*time.Millisecond
 	cfg.ServerURL, cfg.NodeToken, cfg.Logger = url, f.nodeToken, f.log
-	a, err := agent.New(cfg, agent.ProcessRuntime(rt))
+	a, err := agent.New(cfg, process.AgentRuntime(rt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestKillReplicaMidCreate(t *testing.T) {
 			if ok, _ := cond(); ok {
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // real: agents are real processes talking HTTP to servers on PostgreSQL
 		}
 		_, msg := cond()
 		t.Errorf("timed out waiting for %s; last: %s", what, msg)
@@ -431,7 +431,7 @@ func (f *pgFleet) startAgentIn(t *testing.T, id, url, dir string, rt agent.Runti
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt = agent.ProcessRuntime(prt)
+		rt = process.AgentRuntime(prt)
 	}
 	cfg := agent.DefaultConfig()
 	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = id, berth.AdmissionCommitted, memMiB, 0
@@ -558,14 +558,15 @@ func TestCase_C19_RealAgentQuarantined(t *testing.T) {
 }
 
 // noticeServer serves one provider's documented metadata formats on loopback, with the
-// notice present from the start and repeated on every poll (C13).
-func noticeServer(t *testing.T, provider string, acks *atomic.Int64) *httptest.Server {
+// notice present from the start and repeated on every poll (C13). polls counts the requests.
+func noticeServer(t *testing.T, provider string, acks, polls *atomic.Int64) *httptest.Server {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute).UTC()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		polls.Add(1)
 		switch provider {
 		case "gcp":
-			time.Sleep(20 * time.Millisecond) // a hanging GET that answers at once, again and again
+			time.Sleep(20 * time.Millisecond) // real: paces a real HTTP handler (a hanging GET that answers at once, again and again)
 			if strings.HasSuffix(r.URL.Path, "/maintenance-event") {
 				io.WriteString(w, "NONE")
 				return
@@ -608,8 +609,8 @@ func TestSPOT1_NoticeCordonsOnEveryReplica(t *testing.T) {
 			r2 := f.replica(t, nil)
 			ctx := context.Background()
 			f.startAgentIn(t, "spare", r2, t.TempDir(), nil, 4096)
-			var acks atomic.Int64
-			srv := noticeServer(t, provider, &acks)
+			var acks, polls atomic.Int64
+			srv := noticeServer(t, provider, &acks, &polls)
 			var w preempt.Watcher
 			switch provider {
 			case "gcp":
@@ -632,7 +633,11 @@ func TestSPOT1_NoticeCordonsOnEveryReplica(t *testing.T) {
 					t.Fatalf("create through %s after the notice: %+v, %v; want it on the spare host", url, sb, err)
 				}
 			}
-			time.Sleep(300 * time.Millisecond) // several more polls of the repeated notice
+			// Several more polls of the repeated notice (the agent has handled all but the last).
+			from := polls.Load()
+			waitFor(t, 30*time.Second, "5 more polls of the notice", func() (bool, string) {
+				return polls.Load() >= from+5, fmt.Sprint(polls.Load()-from, " polls")
+			})
 			evs, err := f.seed.Events(ctx, berth.EventFilter{Entity: "agent/doomed", To: string(berth.AgentDraining)})
 			if err != nil || len(evs) != 1 {
 				t.Fatalf("cordon events: %+v, %v; want exactly one", evs, err)
