@@ -32,6 +32,7 @@ const (
 	EAppError            = "app_error"                // 502: the app is in error (a fault a retry cannot fix)
 	EWakeTimeout         = "app_wake_timeout"         // 503: the app did not come up within the wake timeout, retryable
 	EIdempotencyMismatch = "idempotency_key_mismatch" // 422: the Idempotency-Key was first used with another request (API-4, C26)
+	ERateLimited         = "rate_limited"             // 429: the tenant is over its request rate, retryable after Retry-After
 )
 
 // Error is the one error type of Berth (STYLE habit 4). The HTTP layer maps Code to a status
@@ -45,21 +46,32 @@ type Error struct {
 	// Hosts counts the hosts per rejection reason for capacity refusals (PLC-10, C21). The key
 	// "total" holds the number of hosts considered.
 	Hosts map[string]int
+	// Cause is the failure behind the error, for the logs and errors.Is/As (Unwrap); it
+	// never reaches a client: the HTTP body carries Code and Message only.
+	Cause error
 }
 
-// Error implements error.
+// Error implements error: "code: message", then ": cause" when there is one (for logs; a
+// client's body never holds it).
 func (e *Error) Error() string {
-	if e.Message == "" {
-		return e.Code
+	s := e.Code
+	if e.Message != "" {
+		s += ": " + e.Message
 	}
-	return e.Code + ": " + e.Message
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
 }
+
+// Unwrap returns the cause (nil if none), so errors.Is and errors.As see through an *Error.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // Retryable reports whether a client should retry the call that produced this error: capacity
 // refusals and transient unavailability (the "does not fit here" kind of no, STYLE habit 3).
 func (e *Error) Retryable() bool {
 	switch e.Code {
-	case ENoCapacity, ENoHealthyAgents, EHostStartsSaturated, EUnavailable, EWakeTimeout:
+	case ENoCapacity, ENoHealthyAgents, EHostStartsSaturated, EUnavailable, EWakeTimeout, ERateLimited:
 		return true
 	}
 	return false
@@ -68,6 +80,13 @@ func (e *Error) Retryable() bool {
 // Errorf returns an *Error with the given code and a formatted message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an *Error with the given code, a formatted message and cause as its Cause:
+// the message is what a client reads, the cause (for example a driver's text) stays in the
+// logs.
+func Wrap(code string, cause error, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Cause: cause}
 }
 
 // ErrorCode returns the code of the first *Error in err's chain, EInternal for any other

@@ -12,6 +12,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	gocloud.dev v0.47.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/time v0.16.0
 	gonum.org/v1/plot v0.17.0
 	modernc.org/sqlite v1.62.0
 	pgregory.net/rapid v1.3.0

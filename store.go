@@ -169,7 +169,8 @@ type Store interface {
 	TenantStore
 	AppStore
 	IdempotencyStore
-	// Ping checks the store is reachable (for /readyz).
+	// Ping checks the store is reachable and accepts a write, changing nothing (for /readyz,
+	// issue 15).
 	Ping(ctx context.Context) error
 	Close() error
 }
@@ -183,6 +184,24 @@ type Store interface {
 // should be re-read. fn is called from one goroutine, in commit order, and must not block.
 type AgentWatcher interface {
 	WatchAgents(ctx context.Context, fn func(agentID string)) error
+}
+
+// Retainer is implemented by stores that delete old history (issue 15, point 5; the server's
+// --retention). PurgeEnded deletes, in one transaction, up to batch sandboxes that are
+// terminal and ended before cutoff, with their events and any reservation left for them, and
+// up to batch events, written before cutoff, of reservations the ledger no longer holds. It
+// never deletes a live sandbox, a held reservation or another entity's events. Calling it
+// again deletes the next batch; it is idempotent, and a call that deletes nothing means
+// nothing older than cutoff is left.
+type Retainer interface {
+	PurgeEnded(ctx context.Context, cutoff time.Time, batch int) (Purged, error)
+}
+
+// Purged counts the rows one PurgeEnded deleted, per table.
+type Purged struct {
+	Sandboxes    int
+	Events       int
+	Reservations int
 }
 
 // EventLogger is implemented by stores that hand every event they commit to fn, after the

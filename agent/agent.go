@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/conf"
+	"github.com/berth-dev/berth/internal/httpbound"
 	"github.com/berth-dev/berth/preempt"
 	"gocloud.dev/blob"
 )
@@ -147,6 +148,10 @@ type Config struct {
 	// (then the port Listen got); "" means the listener's own address, which only a server
 	// on this host can reach when Listen is a loopback or wildcard address.
 	Advertise string
+	// Bounds bounds the internal API listener (issue 15): header, body and idle timeouts and
+	// a connection cap (zero fields: internal/httpbound's defaults). Its answers get no write
+	// deadline: only servers call it, and creates, execs and checkpoints run long.
+	Bounds httpbound.Limits
 
 	Version string
 	Logger  *slog.Logger
@@ -169,7 +174,16 @@ func DefaultConfig() Config {
 		EvictPressure:     40,
 		SoftCordon:        30 * time.Minute,
 		LinkMiBps:         1e9 / 8 / (1 << 20),
+		Bounds:            agentBounds(),
 	}
+}
+
+// agentBounds are the internal API's default bounds: the server's, with 1024 connections
+// (only the servers call an agent).
+func agentBounds() httpbound.Limits {
+	l := httpbound.DefaultLimits()
+	l.MaxConns = 1024
+	return l
 }
 
 // guest is one sandbox the agent holds.
@@ -202,6 +216,7 @@ type Agent struct {
 	ended                     []berth.EndedSandbox
 	draining                  bool
 	measureErrs               int64
+	oomKillsTotal             int64 // OOM kills in this boot's guests, ended ones included (C09)
 	pressure                  float64
 	criticalTicks             int                    // consecutive measurements past the ADM-9 line
 	notices                   map[string]bool        // notice ids already acted on (C13)
@@ -311,9 +326,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 // Run serves the internal API, measures guests and heartbeats until ctx ends, then stops
 // every sandbox it holds and returns. Sandboxes never outlive their agent's Run.
 func (a *Agent) Run(ctx context.Context) error {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := a.cfg.Bounds.Serve(a.ln, a.Handler(), func(*http.Request) bool { return true })
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(a.ln) }()
+	go func() { errc <- srv.Serve(ln) }()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); a.measureLoop(ctx) }()

@@ -72,7 +72,7 @@ func (a *Agent) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	return a.authenticate(root)
+	return a.public(httpjson.EchoRequestID(a.authenticate(root)))
 }
 
 func (a *Agent) authenticate(next http.Handler) http.Handler {

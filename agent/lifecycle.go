@@ -217,6 +217,12 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 				continue
 			}
 			reason := "sandbox init exited"
+			a.mu.Lock()
+			if g, ok := a.guests[j.id]; ok {
+				a.countOOMLocked(g.oomKills, m.OOMKills)
+				g.oomKills = max(g.oomKills, m.OOMKills)
+			}
+			a.mu.Unlock()
 			if m.OOMKills > 0 {
 				reason = "killed by the kernel OOM killer"
 			}
@@ -235,7 +241,8 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 			if m.OOMKills > g.oomKills {
 				a.log.Error("kernel OOM killer struck inside a sandbox (C09)", "sandbox", j.id, "oom_kills", m.OOMKills)
 			}
-			g.resident, g.oomKills = clamped, m.OOMKills
+			a.countOOMLocked(g.oomKills, m.OOMKills)
+			g.resident, g.oomKills = clamped, max(g.oomKills, m.OOMKills)
 			if m.Seen || now.Sub(g.admittedAt) >= a.cfg.ReserveTTL {
 				g.measured = true
 			}

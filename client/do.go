@@ -87,7 +87,10 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 		default:
 			now := c.clock.Now()
 			e := decodeError(resp.status, resp.header, resp.body, now)
-			if !r.idempotent || !retryableStatus(resp.status) {
+			// A 429 is retried only as rate_limited (issue 15: a tenant over its request
+			// rate, with Retry-After); any other 429 returns at once.
+			rateLimited := resp.status == http.StatusTooManyRequests && e.Code == berth.ERateLimited
+			if !r.idempotent || !(retryableStatus(resp.status) || rateLimited) {
 				return response{}, e
 			}
 			last = e

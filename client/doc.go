@@ -12,9 +12,10 @@
 // the first attempt's time in Berth-First-Attempt, SDK-3). Exec, heartbeats, drain/undrain and
 // tenant/key creation are sent exactly once.
 //
-// A retried call retries on 502, 503 and 504 answers, on connection failures (dial errors,
-// connection resets, EOF before a response) and on attempts cut by their per-attempt
-// deadline (below). Every other non-2xx answer returns at once.
+// A retried call retries on 502, 503 and 504 answers, on 429 answers whose code is
+// rate_limited (issue 15), on connection failures (dial errors, connection resets, EOF before
+// a response) and on attempts cut by their per-attempt deadline (below). Every other non-2xx
+// answer returns at once.
 //
 // Before the next attempt the client sleeps:
 //   - as the answer's Retry-After header says: delta-seconds, or an HTTP-date. Any run of

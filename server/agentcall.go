@@ -61,7 +61,7 @@ func (c *agentCaller) checkpoint(ctx context.Context, addr, id, image string, ti
 		return res, err
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
-		return res, berth.Errorf(berth.EUnavailable, "agent answered checkpoint with bad JSON: %v", err)
+		return res, berth.Wrap(berth.EUnavailable, err, "agent answered checkpoint with bad JSON")
 	}
 	return res, nil
 }
@@ -80,7 +80,7 @@ func (c *agentCaller) exec(ctx context.Context, addr, id string, req berth.ExecR
 		return res, err
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
-		return res, berth.Errorf(berth.EUnavailable, "agent answered exec with bad JSON: %v", err)
+		return res, berth.Wrap(berth.EUnavailable, err, "agent answered exec with bad JSON")
 	}
 	return res, nil
 }
@@ -100,8 +100,9 @@ func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body
 	u := addr + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, body)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+		return berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
 	}
+	forwardRequestID(req)
 	req.ContentLength = size
 	if size == 0 {
 		req.Body = http.NoBody
@@ -110,7 +111,7 @@ func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return unreachable("agent unreachable: %v", err)
+		return unreachableBy(err, "agent unreachable")
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNoContent {
@@ -130,13 +131,14 @@ func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) (io.R
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		cancel()
-		return nil, 0, berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+		return nil, 0, berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
 	}
+	forwardRequestID(req)
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		cancel()
-		return nil, 0, unreachable("agent unreachable: %v", err)
+		return nil, 0, unreachableBy(err, "agent unreachable")
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer cancel()
@@ -158,9 +160,26 @@ func (c cancelCloser) Close() error { err := c.ReadCloser.Close(); c.cancel(); r
 // is unknown. ErrorCode still reads it as unavailable.
 var errUnreachable = errors.New("no answer from the agent")
 
+// errNotConnected marks an agent call that never reached the agent: the connection was
+// refused or could not be made (a dial failure). The agent did nothing; a host that is down
+// is the leases' business (LIF-2), not a create failure of a reachable host (PLC-9).
+var errNotConnected = errors.New("could not connect to the agent")
+
+// notConnected reports whether err, from an HTTP round trip, failed while dialing.
+func notConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // unreachable returns an unavailable error that is also errUnreachable.
 func unreachable(format string, args ...any) error {
 	return fmt.Errorf("%w: %w", errUnreachable, berth.Errorf(berth.EUnavailable, format, args...))
+}
+
+// unreachableBy is unreachable with cause kept as the error's Cause (for the logs; a
+// client's body says only what format says: no agent address or dial text, issue 15).
+func unreachableBy(cause error, format string, args ...any) error {
+	return fmt.Errorf("%w: %w", errUnreachable, berth.Wrap(berth.EUnavailable, cause, format, args...))
 }
 
 // agentError decodes an agent's API-2 error answer; anything else is unavailable.
@@ -209,20 +228,24 @@ func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.V
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+		return nil, berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
 	}
+	forwardRequestID(req)
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, unreachable("agent unreachable: %v", err)
+		if notConnected(err) {
+			return nil, fmt.Errorf("%w: %w", errNotConnected, unreachableBy(err, "agent unreachable"))
+		}
+		return nil, unreachableBy(err, "agent unreachable")
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 80<<20))
 	if err != nil {
-		return nil, unreachable("agent answer cut: %v", err)
+		return nil, unreachableBy(err, "agent answer cut")
 	}
 	if resp.StatusCode == want {
 		return b, nil
@@ -249,7 +272,7 @@ func (c *agentCaller) serviceStatus(ctx context.Context, addr, id string) (berth
 		return st, err
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return st, berth.Errorf(berth.EUnavailable, "agent answered service status with bad JSON: %v", err)
+		return st, berth.Wrap(berth.EUnavailable, err, "agent answered service status with bad JSON")
 	}
 	return st, nil
 }
@@ -267,12 +290,13 @@ func (c *agentCaller) probe(ctx context.Context, addr, id string, port int) erro
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+portPath(id, port)+"/", nil)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "agent address %q: %v", addr, err)
+		return berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
 	}
+	forwardRequestID(req)
 	req.Header.Set(berth.HeaderNodeToken, c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return unreachable("agent unreachable: %v", err)
+		return unreachableBy(err, "agent unreachable")
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -284,4 +308,12 @@ func (c *agentCaller) probe(ctx context.Context, addr, id string, port int) erro
 		}
 	}
 	return nil
+}
+
+// forwardRequestID sends the request id of the API call req serves (if any) to the agent,
+// which answers errors with it (X-Request-Id), so an error proxied on keeps its id.
+func forwardRequestID(req *http.Request) {
+	if id := requestID(req.Context()); id != "" {
+		req.Header.Set(berth.HeaderRequestID, id)
+	}
 }

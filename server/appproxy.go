@@ -113,13 +113,15 @@ func appVerdict(a berth.App, err error, name string) (bool, error) {
 	case errors.Is(err, berth.ErrNotFound):
 		return false, berth.Errorf(berth.EAppNotFound, "no app %q", name)
 	case err != nil:
-		return false, &berth.Error{Code: berth.EUnavailable, Message: "read app: " + err.Error(), RetryAfter: time.Second}
+		return false, berth.Fault(err, "read app")
 	case a.Desired == berth.DesireStopped:
 		return false, berth.Errorf(berth.EAppStopped, "app %q is stopped by its owner (berth apps start %s)", name, name)
 	case a.SandboxID != "":
 		return true, nil
 	case a.State == berth.AppError:
-		return false, berth.Errorf(berth.EAppError, "app %q is in error: %s", name, a.Reason)
+		// Requests to an app need no key: its reason (which may quote its command's output)
+		// is for its owner only, through GET /v1/apps/{name} (issue 15, point 6).
+		return false, berth.Errorf(berth.EAppError, "app %q is in error; its owner sees why (berth apps get %s)", name, name)
 	case a.State == berth.AppWaitingCapacity:
 		// APP-2: waiting is not failing; say when to come back.
 		wait := max(time.Until(a.RetryAt), time.Second)
@@ -143,7 +145,7 @@ func (s *Server) wakeForRequest(ctx context.Context, name, path string, idleSeco
 		return nil
 	})
 	if err != nil && !errors.Is(err, errSuperseded) {
-		return &berth.Error{Code: berth.EUnavailable, Message: "wake app: " + err.Error(), RetryAfter: time.Second}
+		return berth.Fault(err, "wake app")
 	}
 	s.touchApp(ctx, name, idleSeconds)
 	s.kickApps()
@@ -155,12 +157,16 @@ func (s *Server) wakeForRequest(ctx context.Context, name, path string, idleSeco
 func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, path string) {
 	addr, err := s.agentAddress(r.Context(), a.AgentID)
 	if err != nil {
-		s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 2 * time.Second, Message: "app host unknown: " + err.Error()})
+		if errors.Is(err, berth.ErrNotFound) { // its agent's row is gone: the lease moves the app
+			s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 2 * time.Second, Message: "app host unknown", Cause: err})
+			return
+		}
+		s.writeError(w, r, berth.Fault(err, "app host unknown"))
 		return
 	}
 	target, err := url.Parse(addr)
 	if err != nil {
-		s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 2 * time.Second, Message: "app host address: " + err.Error()})
+		s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 2 * time.Second, Message: "app host address", Cause: err})
 		return
 	}
 	// Full duplex: the request body stays readable while the answer is written (see the
@@ -180,6 +186,19 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 			pr.Out.Host = r.Host
 			pr.SetXForwarded()
 			pr.Out.Header.Set(berth.HeaderNodeToken, s.cfg.NodeToken)
+			pr.Out.Header.Set(berth.HeaderRequestID, requestID(r.Context())) // the agent's errors keep it
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// The agent echoes this request's id; w already has it (the app's own stays).
+			id := requestID(r.Context())
+			vals := resp.Header.Values(berth.HeaderRequestID)
+			resp.Header.Del(berth.HeaderRequestID)
+			for _, v := range vals {
+				if v != id {
+					resp.Header.Add(berth.HeaderRequestID, v)
+				}
+			}
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) {
@@ -187,7 +206,7 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 			}
 			// The host does not answer: its lease will tell whether the app moves.
 			s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 5 * time.Second,
-				Message: "app " + a.Name + "'s host does not answer: " + err.Error()})
+				Message: "app " + a.Name + "'s host does not answer", Cause: err})
 		},
 	}
 	rp.ServeHTTP(w, r)

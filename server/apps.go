@@ -62,7 +62,7 @@ func (s *Server) recordApp(w http.ResponseWriter, r *http.Request, p principal, 
 		return berth.Errorf(berth.EConflict, "an app named %q exists (app names are unique across the fleet)", req.Name)
 	}
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "record app: %v", err)
+		return berth.Fault(err, "record app")
 	}
 	s.kickApps()
 	httpjson.WriteJSON(w, http.StatusCreated, created)
@@ -81,7 +81,7 @@ func (s *Server) validateAppSpec(r *http.Request, spec berth.AppSpec) error {
 	}
 	mem := cmp.Or(spec.MemoryMiB, t.MemoryMiB)
 	if err := s.sched.refreshIfStale(r.Context()); err != nil {
-		return berth.Errorf(berth.EUnavailable, "store: %v", err)
+		return berth.Fault(err, "store")
 	}
 	if largest, never := s.sched.neverFits(berth.Sandbox{MemoryMiB: mem}); never {
 		// Refused now, like a sandbox create, rather than accepted and then in error.
@@ -98,7 +98,7 @@ func (s *Server) appFor(r *http.Request, p principal, name string) (berth.App, e
 		return a, berth.Errorf(berth.EAppNotFound, "no app %q", name)
 	}
 	if err != nil {
-		return a, berth.Errorf(berth.EUnavailable, "read app: %v", err)
+		return a, berth.Fault(err, "read app")
 	}
 	return a, nil
 }
@@ -120,7 +120,7 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request, p principal) e
 	}
 	apps, err := s.store.Apps(r.Context(), tenant)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list apps: %v", err)
+		return berth.Fault(err, "list apps")
 	}
 	if apps == nil {
 		apps = []berth.App{}
@@ -207,7 +207,7 @@ func (s *Server) changeApp(w http.ResponseWriter, r *http.Request, p principal, 
 		return berth.Errorf(berth.EAppNotFound, "no app %q", name)
 	}
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "record app: %v", err)
+		return berth.Fault(err, "record app")
 	}
 	s.kickApps()
 	httpjson.WriteJSON(w, http.StatusAccepted, a)
@@ -231,7 +231,7 @@ func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request, p principal) 
 			return berth.Errorf(berth.EAppNotFound, "no app %q", name)
 		}
 		if err != nil {
-			return berth.Errorf(berth.EUnavailable, "delete app: %v", err)
+			return berth.Fault(err, "delete app")
 		}
 		s.appChanged(name) // requests held for it answer app_not_found now
 		for _, id := range append(a.Retire, a.SandboxID, a.PausedSandbox) {

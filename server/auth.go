@@ -65,7 +65,7 @@ func (a *authenticator) key(ctx context.Context, r *http.Request) (principal, er
 		return principal{}, berth.Errorf(berth.EUnauthorized, "unknown API key")
 	}
 	if err != nil {
-		return principal{}, berth.Errorf(berth.EUnavailable, "key lookup failed: %v", err)
+		return principal{}, berth.Fault(err, "key lookup failed")
 	}
 	p := principal{Tenant: k.Tenant, Role: k.Role}
 	a.cache.put(h, p, time.Now())

@@ -24,7 +24,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, _ principal) error {
 	ts, err := s.store.Templates(r.Context())
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list templates: %v", err)
+		return berth.Fault(err, "list templates")
 	}
 	if ts == nil {
 		ts = []berth.Template{}
@@ -48,7 +48,7 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, _ principal
 		return berth.Errorf(berth.EInvalidRequest, "template needs a lowercase name, memory_mb in 1..%d and vcpus in 1..%d", s.cfg.MaxSandboxMiB, maxVCPUs)
 	}
 	if err := s.store.PutTemplate(r.Context(), t); err != nil {
-		return berth.Errorf(berth.EUnavailable, "store template: %v", err)
+		return berth.Fault(err, "store template")
 	}
 	s.templates.forget(t.Name)
 	httpjson.WriteJSON(w, http.StatusOK, t)
@@ -60,7 +60,7 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, _ principal
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal) error {
 	as, err := s.store.Agents(r.Context())
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list agents: %v", err)
+		return berth.Fault(err, "list agents")
 	}
 	now := s.cfg.Clock()
 	for i := range as {
@@ -106,7 +106,7 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 		return berth.Errorf(berth.ENotFound, "no agent %q", id)
 	}
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "record drain: %v", err)
+		return berth.Fault(err, "record drain")
 	}
 	if a, err := s.store.Agent(r.Context(), id); err == nil {
 		s.sched.observe(a)
@@ -152,7 +152,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.cfg.Clock()
 	if _, err := s.store.ApplyHeartbeat(r.Context(), hb, now); err != nil {
-		s.writeError(w, r, berth.Errorf(berth.EUnavailable, "record heartbeat: %v", err))
+		s.writeError(w, r, berth.Fault(err, "record heartbeat"))
 		return
 	}
 	for _, e := range hb.Ended {
@@ -230,14 +230,21 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 	if err != nil {
 		return err
 	}
+	var since berth.App // a tenant reads an app's events of its own incarnation only
 	if !p.admin() {
-		if err := s.mayReadEvents(r, p, f.Entity); err != nil {
+		if since, err = s.mayReadEvents(r, p, f.Entity); err != nil {
 			return err
+		}
+		if !since.CreatedAt.IsZero() && f.Since.Before(since.CreatedAt) {
+			f.Since = since.CreatedAt
 		}
 	}
 	evs, err := s.store.Events(r.Context(), f)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list events: %v", err)
+		return berth.Fault(err, "list events")
+	}
+	if !since.CreatedAt.IsZero() {
+		evs = ownIncarnation(evs, since.CreatedAt)
 	}
 	if evs == nil {
 		evs = []berth.Event{}
@@ -293,19 +300,32 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 }
 
 // mayReadEvents checks that tenant key p may read the events of entity: one of its own
-// sandboxes ("sandbox/<id>") or apps ("app/<name>"). Errors: forbidden for anything else,
-// or the sandbox's or app's lookup error (not found for another tenant's).
-func (s *Server) mayReadEvents(r *http.Request, p principal, entity string) error {
+// sandboxes ("sandbox/<id>") or apps ("app/<name>"); for an app it returns the app, whose
+// CreatedAt starts the history the tenant may read (issue 15, point 6: a re-used name starts
+// a fresh history for its new owner). Errors: forbidden for anything else, or the sandbox's
+// or app's lookup error (not found for another tenant's).
+func (s *Server) mayReadEvents(r *http.Request, p principal, entity string) (berth.App, error) {
 	if name, ok := strings.CutPrefix(entity, "app/"); ok && name != "" {
-		_, err := s.appFor(r, p, name)
-		return err
+		return s.appFor(r, p, name)
 	}
 	id, ok := strings.CutPrefix(entity, "sandbox/")
 	if !ok || id == "" {
-		return berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes and apps only (entity=sandbox/<id> or app/<name>)")
+		return berth.App{}, berth.Errorf(berth.EForbidden, "tenant keys may read events of their own sandboxes and apps only (entity=sandbox/<id> or app/<name>)")
 	}
 	_, err := s.sandboxFor(r.Context(), p, id)
-	return err
+	return berth.App{}, err
+}
+
+// ownIncarnation drops, from an app's events (oldest first), those written before the
+// creation event of the incarnation created at created: a previous owner's events in the
+// same millisecond precede it in write order.
+func ownIncarnation(evs []berth.Event, created time.Time) []berth.Event {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if e := evs[i]; e.From == "" && e.At.Equal(created) && strings.HasPrefix(e.Reason, "created") {
+			return evs[i:]
+		}
+	}
+	return evs // the creation event is older than the window: every event is after it
 }
 
 // derivedStatus is the status an agent is reported with (LIF-1, PLC-9): dead or stale by its
@@ -327,7 +347,7 @@ func derivedStatus(a berth.Agent, now time.Time, staleAfter, deadAfter time.Dura
 func (s *Server) listReservations(w http.ResponseWriter, r *http.Request, _ principal) error {
 	rs, err := s.store.Reservations(r.Context())
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list reservations: %v", err)
+		return berth.Fault(err, "list reservations")
 	}
 	if rs == nil {
 		rs = []berth.Reservation{}
@@ -350,7 +370,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principa
 	}
 	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC()}
 	if err := s.store.PutTenant(r.Context(), t); err != nil {
-		return berth.Errorf(berth.EUnavailable, "store tenant: %v", err)
+		return berth.Fault(err, "store tenant")
 	}
 	httpjson.WriteJSON(w, http.StatusCreated, t)
 	return nil
@@ -386,7 +406,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, _ principa
 		return berth.Errorf(berth.ENotFound, "no tenant %q", k.Tenant)
 	}
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "store key: %v", err)
+		return berth.Fault(err, "store key")
 	}
 	httpjson.WriteJSON(w, http.StatusCreated, APIKeySecret{APIKey: k, Key: secret})
 	return nil
@@ -409,13 +429,13 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal
 		return berth.Errorf(berth.ENotFound, "no agent %q", id)
 	}
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "read agent: %v", err)
+		return berth.Fault(err, "read agent")
 	}
 	st := berth.DrainStatus{AgentID: id, Draining: a.Status == berth.AgentDraining || a.DrainReason != "",
 		Reason: a.DrainReason, Remaining: []berth.DrainRemain{}}
 	sbs, err := s.store.Sandboxes(r.Context(), berth.SandboxFilter{AgentID: id, Limit: 100000})
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list sandboxes: %v", err)
+		return berth.Fault(err, "list sandboxes")
 	}
 	for _, sb := range sbs {
 		if !sb.State.Terminal() {
@@ -425,7 +445,7 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal
 	if st.Draining {
 		evs, err := s.store.Events(r.Context(), berth.EventFilter{Entity: "agent/" + id, Limit: 1000})
 		if err != nil {
-			return berth.Errorf(berth.EUnavailable, "read agent events: %v", err)
+			return berth.Fault(err, "read agent events")
 		}
 		for _, e := range evs {
 			if e.To == string(berth.AgentDraining) && e.From != string(berth.AgentDraining) {
@@ -462,7 +482,7 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request, p principal) e
 		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
 	}
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "store quota: %v", err)
+		return berth.Fault(err, "store quota")
 	}
 	s.quotas.forget(name)
 	httpjson.WriteJSON(w, http.StatusOK, q)
@@ -475,18 +495,18 @@ func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, _ principal) e
 	// An unknown tenant is not_found, as a PUT of its quota is, not "no limit".
 	tenants, err := s.store.Tenants(r.Context())
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "read tenants: %v", err)
+		return berth.Fault(err, "read tenants")
 	}
 	if !slices.ContainsFunc(tenants, func(t berth.Tenant) bool { return t.Name == name }) {
 		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
 	}
 	q, err := s.store.Quota(r.Context(), name)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "read quota: %v", err)
+		return berth.Fault(err, "read quota")
 	}
 	n, mem, err := s.store.TenantUsage(r.Context(), name)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "read usage: %v", err)
+		return berth.Fault(err, "read usage")
 	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"quota": q, "sandboxes": n, "memory_mb": mem})
 	return nil
@@ -501,7 +521,7 @@ func (s *Server) checkQuota(ctx context.Context, tenant string, memMiB int64) er
 	if !ok {
 		var err error
 		if q, err = s.store.Quota(ctx, tenant); err != nil {
-			return berth.Errorf(berth.EUnavailable, "read quota: %v", err)
+			return berth.Fault(err, "read quota")
 		}
 		s.quotas.put(tenant, q, now)
 	}
@@ -510,7 +530,7 @@ func (s *Server) checkQuota(ctx context.Context, tenant string, memMiB int64) er
 	}
 	n, mem, err := s.store.TenantUsage(ctx, tenant)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "read usage: %v", err)
+		return berth.Fault(err, "read usage")
 	}
 	if !q.Allows(n, mem, memMiB) {
 		s.metrics.refusals.WithLabelValues(berth.ETenantOverQuota).Inc() // MET-1

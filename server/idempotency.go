@@ -74,7 +74,7 @@ func (s *Server) keyed(w http.ResponseWriter, r *http.Request, p principal, rout
 		call.CreatedAt = s.cfg.Clock().UTC().Truncate(time.Millisecond)
 		held, claimed, err := s.store.ClaimCall(ctx, call)
 		if err != nil {
-			return berth.Errorf(berth.EUnavailable, "claim Idempotency-Key: %v", err)
+			return berth.Fault(err, "claim Idempotency-Key")
 		}
 		if !claimed {
 			switch {
@@ -86,13 +86,13 @@ func (s *Server) keyed(w http.ResponseWriter, r *http.Request, p principal, rout
 			case call.CreatedAt.Sub(held.CreatedAt) > claimTimeout:
 				// Its replica died mid-call: take the claim over.
 				if err := s.store.AbandonCall(ctx, call.Scope, key, held.CreatedAt); err != nil {
-					return berth.Errorf(berth.EUnavailable, "take over Idempotency-Key: %v", err)
+					return berth.Fault(err, "take over Idempotency-Key")
 				}
 				continue
 			}
 			select {
 			case <-ctx.Done():
-				return berth.Errorf(berth.EUnavailable, "gave up waiting for the call holding this Idempotency-Key: %v", ctx.Err())
+				return berth.Wrap(berth.EUnavailable, ctx.Err(), "gave up waiting for the call holding this Idempotency-Key")
 			case <-time.After(50 * time.Millisecond):
 			}
 			continue

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics live beside the code that moves them (STYLE habit 12); names follow
@@ -17,6 +19,8 @@ type metrics struct {
 	expirations  prometheus.Counter       // LED-2
 	firstRefusal *prometheus.HistogramVec // MET-4: first refusal → success, by kind (sandbox create, app start)
 	ended        *prometheus.CounterVec   // MET-5: sandboxes the agents ended, by state (evicted, failed, stopped…)
+	httpRequests *prometheus.CounterVec   // by route and code (httpmetrics.go)
+	httpSeconds  *prometheus.HistogramVec // by route (httpmetrics.go)
 }
 
 func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter time.Duration, clock func() time.Time) *metrics {
@@ -44,6 +48,7 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
 		}, []string{"kind"}),
 	}
+	m.httpRequests, m.httpSeconds = newHTTPMetrics()
 	// Every series present at 0 from the start, so rates and alerts work before the first event.
 	m.firstRefusal.WithLabelValues("sandbox")
 	m.firstRefusal.WithLabelValues("app")
@@ -57,15 +62,33 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 		m.createSecond.WithLabelValues(outcome)
 	}
 	reg.MustRegister(m.refusals, m.pickSeconds, m.createSecond, m.expirations, m.firstRefusal, m.ended,
-		&ledgerCollector{st: st}, &fleetCollector{st: st, staleAfter: staleAfter, deadAfter: deadAfter, clock: clock})
+		m.httpRequests, m.httpSeconds, &ledgerCollector{st: st}, &fleetCollector{st: st, staleAfter: staleAfter, deadAfter: deadAfter, clock: clock})
+	registerRuntimeCollectors(reg)
 	return m
 }
 
-// ledgerCollector exports outstanding reserved MiB per agent at scrape time (LED-3, MET-3).
+// registerRuntimeCollectors adds the Go (go_*) and process (process_*) collectors; a registry
+// shared with another server, or that already has them, keeps the ones it has.
+func registerRuntimeCollectors(reg prometheus.Registerer) {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			if !errors.As(err, &dup) {
+				panic(err)
+			}
+		}
+	}
+}
+
+// ledgerCollector exports outstanding reserved bytes per agent at scrape time (LED-3, MET-3).
+// Like every series of fleetCollector it is a fleet view read from the shared store: each
+// replica exports the same value, so dashboards aggregate it with max, never sum
+// (docs/DECISIONS.md, "Metrics").
 type ledgerCollector struct{ st berth.Store }
 
-var outstandingDesc = prometheus.NewDesc("berth_ledger_outstanding_reserved_mib",
-	"Outstanding reserved MiB per agent (LED-3); returns to 0 on an idle fleet.", []string{"agent"}, nil)
+var outstandingDesc = prometheus.NewDesc("berth_ledger_outstanding_reserved_bytes",
+	"Outstanding reserved bytes per agent (LED-3); returns to 0 on an idle fleet. A fleet view: every replica exports the same value, aggregate with max.", []string{"agent"}, nil)
 
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- outstandingDesc }
 
@@ -88,13 +111,20 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		sum[r.AgentID] += r.MiB
 	}
 	for id, v := range sum {
-		ch <- prometheus.MustNewConstMetric(outstandingDesc, prometheus.GaugeValue, float64(v), id)
+		ch <- prometheus.MustNewConstMetric(outstandingDesc, prometheus.GaugeValue, float64(v)*mib, id)
 	}
 }
 
+// mib is bytes per MiB: metrics are in base units (bytes), the store in MiB.
+const mib = 1 << 20
+
 // fleetCollector exports, at scrape time from the store: the fleet-wide resident ÷ committed
 // ratio (MET-2), each agent's heartbeat age and the agents by status, derived stale, dead
-// and quarantined included (MET-5).
+// and quarantined included (MET-5). These are fleet views: every replica reads the same
+// store and exports the same values, so a sum() over replicas would count them once per
+// replica; dashboards and alerts aggregate them with max (docs/DECISIONS.md, "Metrics").
+// The agents' own counters (OOM kills, clamped readings) are exported by each agent on its
+// GET /metrics, not here.
 type fleetCollector struct {
 	st                    berth.Store
 	staleAfter, deadAfter time.Duration
@@ -108,10 +138,6 @@ var (
 		"Seconds since each agent's last heartbeat (MET-5).", []string{"agent"}, nil)
 	agentsDesc = prometheus.NewDesc("berth_agents",
 		"Agents by status, derived stale, dead and quarantined included (MET-5).", []string{"status"}, nil)
-	oomDesc = prometheus.NewDesc("berth_agent_oom_kills",
-		"Processes the kernel OOM killer killed in the sandboxes an agent holds (C09; ADM-9 keeps it at 0).", []string{"agent"}, nil)
-	measureErrDesc = prometheus.NewDesc("berth_agent_measurement_errors",
-		"Resident readings an agent clamped into [0, total] (C07).", []string{"agent"}, nil)
 	appsDesc = prometheus.NewDesc("berth_apps",
 		"Apps by actual state (APP-1); waiting_capacity is a fleet too full to start them, error needs their owner.", []string{"state"}, nil)
 	appWaitDesc = prometheus.NewDesc("berth_app_waiting_capacity_seconds_max",
@@ -125,8 +151,6 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ratioDesc
 	ch <- hbAgeDesc
 	ch <- agentsDesc
-	ch <- oomDesc
-	ch <- measureErrDesc
 	ch <- appsDesc
 	ch <- appWaitDesc
 }
@@ -147,12 +171,6 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range agents {
 		age := now.Sub(a.LastSeen)
 		ch <- prometheus.MustNewConstMetric(hbAgeDesc, prometheus.GaugeValue, age.Seconds(), a.AgentID)
-		var ooms int64
-		for _, h := range a.Sandboxes {
-			ooms += h.OOMKills
-		}
-		ch <- prometheus.MustNewConstMetric(oomDesc, prometheus.GaugeValue, float64(ooms), a.AgentID)
-		ch <- prometheus.MustNewConstMetric(measureErrDesc, prometheus.GaugeValue, float64(a.MeasurementErrors), a.AgentID)
 		status := derivedStatus(a, now, c.staleAfter, c.deadAfter)
 		byStatus[string(status)]++
 		if age < c.staleAfter {

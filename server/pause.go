@@ -61,7 +61,7 @@ func (s *Server) checkpointSandbox(ctx context.Context, sb berth.Sandbox, from [
 	ok, err := s.store.MoveSandbox(ctx, sb.ID, from, berth.SandboxMove{To: via, AgentID: sb.AgentID, ExpiresAt: sb.ExpiresAt, Image: image},
 		reason, actor, now)
 	if err != nil {
-		return sb, berth.CheckpointResult{}, berth.Errorf(berth.EUnavailable, "record %s: %v", via, err)
+		return sb, berth.CheckpointResult{}, berth.Fault(err, "record %s", via)
 	}
 	if !ok {
 		return sb, berth.CheckpointResult{}, berth.Errorf(berth.EConflict, "sandbox %s changed state meanwhile", sb.ID)

@@ -68,7 +68,7 @@ func (s *scheduler) createAttempt(req berth.CreateRequest, actor string) attempt
 				// A concurrent create took the last of the quota since the pre-check.
 				return berth.Errorf(berth.ETenantOverQuota, "%v", err)
 			case err != nil:
-				return berth.Errorf(berth.EUnavailable, "record sandbox: %v", err)
+				return berth.Fault(err, "record sandbox")
 			}
 			return nil
 		},
@@ -119,7 +119,7 @@ func (s *scheduler) restoreAttempt(sb berth.Sandbox, from []berth.SandboxState, 
 				AgentID: at.AgentID, ExpiresAt: expires, Image: image},
 				"restoring it on agent/"+at.AgentID, actor, s.cfg.Clock())
 			if err != nil {
-				return berth.Errorf(berth.EUnavailable, "record resuming: %v", err)
+				return berth.Fault(err, "record resuming")
 			}
 			if !ok {
 				return berth.Errorf(berth.EConflict, "sandbox %s changed state meanwhile (deleted, or resumed by another request)", at.ID)
@@ -231,7 +231,7 @@ var errLedgerSaidNo = errors.New("the ledger has no room on that host")
 // Errors: unavailable when the store fails.
 func (s *scheduler) begin(ctx context.Context, sb berth.Sandbox, req berth.CreateRequest, actor string, at attempt) (*placing, error) {
 	if err := s.refreshIfStale(ctx); err != nil {
-		return nil, berth.Errorf(berth.EUnavailable, "store: %v", err)
+		return nil, berth.Fault(err, "store")
 	}
 	p := &placing{sb: sb, volume: req.Volume, actor: actor, at: at, excluded: map[string]string{},
 		preq: placement.Request{MemoryMiB: sb.MemoryMiB, Stateful: sb.Stateful, Region: req.Region, Pool: req.Pool, Restore: at.restore}}
@@ -245,7 +245,7 @@ func (s *scheduler) begin(ctx context.Context, sb berth.Sandbox, req berth.Creat
 	case errors.Is(err, berth.ErrNotFound):
 		// Not pinned yet: any stateful-pool host (a volume sandbox is stateful).
 	default:
-		return nil, berth.Errorf(berth.EUnavailable, "read volume: %v", err)
+		return nil, berth.Fault(err, "read volume")
 	}
 	return p, nil
 }
@@ -261,7 +261,7 @@ func (s *scheduler) choose(ctx context.Context, p *placing) (candidate, error) {
 	if d.Index < 0 && !p.reread {
 		p.reread = true // PLC-6: never serve a refusal from the cache
 		if err := s.refresh(ctx); err != nil {
-			return candidate{}, berth.Errorf(berth.EUnavailable, "store: %v", err)
+			return candidate{}, berth.Fault(err, "store")
 		}
 		d, host, addr = s.pick(p.preq, p.excluded)
 	}
@@ -292,11 +292,11 @@ func (s *scheduler) reserve(ctx context.Context, p *placing, c candidate) (*hold
 	}
 	ok, err := s.store.Reserve(ctx, res, now)
 	if err != nil {
-		return nil, berth.Errorf(berth.EUnavailable, "ledger: %v", err)
+		return nil, berth.Fault(err, "ledger")
 	}
 	if !ok {
 		if err := s.refresh(ctx); err != nil {
-			return nil, berth.Errorf(berth.EUnavailable, "store: %v", err)
+			return nil, berth.Fault(err, "store")
 		}
 		return nil, errLedgerSaidNo
 	}
@@ -343,7 +343,7 @@ func (s *scheduler) pinVolume(ctx context.Context, p *placing, host string) *unb
 	}
 	v, err := s.store.PinVolume(ctx, berth.Volume{Tenant: p.sb.Tenant, Name: p.volume, AgentID: host}, p.actor, s.cfg.Clock())
 	if err != nil {
-		return &unbound{err: berth.Errorf(berth.EUnavailable, "pin volume: %v", err)}
+		return &unbound{err: berth.Fault(err, "pin volume")}
 	}
 	p.pinned = true
 	if v.AgentID != host {
@@ -356,11 +356,13 @@ func (s *scheduler) pinVolume(ctx context.Context, p *placing, host string) *unb
 // agentSaidNo is a bind the agent on host did not start. An explicit refusal (full,
 // saturated) means the agent holds nothing; a failure (runtime error, timeout, unreachable)
 // leaves its side unknown, so it is told to stop the sandbox, and it counts toward
-// quarantine (PLC-9): the host accepted the create and did not deliver.
+// quarantine (PLC-9): the host accepted the create and did not deliver. A create that never
+// connected (refused, dial failure) reached no agent: nothing to stop, and it does not count
+// toward quarantine (a host that is down is handled by its lease, LIF-2).
 func agentSaidNo(host string, err error) *unbound {
 	code := berth.ErrorCode(err)
 	return &unbound{recorded: true, reason: fmt.Sprintf("agent/%s: %v", host, err),
-		stopAgent: code == berth.EInternal || code == berth.EUnavailable, agentErr: err}
+		stopAgent: (code == berth.EInternal || code == berth.EUnavailable) && !errors.Is(err, errNotConnected), agentErr: err}
 }
 
 // running records the started attempt running, whatever the client does meanwhile (the
@@ -373,7 +375,7 @@ func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *un
 	ok, err := s.store.TransitionSandbox(rec, p.sb.ID, []berth.SandboxState{p.at.inFlight},
 		berth.SandboxRunning, started, p.actor, s.cfg.Clock())
 	if err != nil {
-		return p.sb, &unbound{err: berth.Errorf(berth.EUnavailable, "record running: %v", err),
+		return p.sb, &unbound{err: berth.Fault(err, "record running"),
 			recorded: true, reason: "recording running failed: " + err.Error(), stopAgent: true}
 	}
 	if !ok {

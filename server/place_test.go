@@ -460,13 +460,13 @@ func TestPlaceBind(t *testing.T) {
 			t.Fatalf("bind: %+v %+v; want the store's running sandbox", got, u)
 		}
 	})
-	t.Run("recording running fails: unavailable, the agent's copy to stop", func(t *testing.T) {
+	t.Run("recording running fails: internal (not transient, berth.Fault), the agent's copy to stop", func(t *testing.T) {
 		r := newPlaceRig(t, nil)
 		r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 		r.fs.beforeTransition = func(context.Context, string, berth.SandboxState) error { return errors.New("disk full") }
 		_, _, u := bound(t, r, newSandbox(""), berth.CreateRequest{})
-		if u == nil || berth.ErrorCode(u.err) != berth.EUnavailable || !u.recorded || !u.stopAgent || u.reason != "recording running failed: disk full" {
-			t.Fatalf("bind: %+v; want unavailable, recorded, stopAgent", u)
+		if u == nil || berth.ErrorCode(u.err) != berth.EInternal || !u.recorded || !u.stopAgent || u.reason != "recording running failed: disk full" {
+			t.Fatalf("bind: %+v; want internal, recorded, stopAgent", u)
 		}
 	})
 }
@@ -560,7 +560,7 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 		run  func(t *testing.T, r *placeRig) func(context.Context) error
 		want string // the answer's code; "idempotent" for errIdempotent
 	}{
-		{name: "pinning the volume fails", want: berth.EUnavailable, run: func(t *testing.T, r *placeRig) func(context.Context) error {
+		{name: "pinning the volume fails", want: berth.EInternal, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 			r.fs.beforePin = func(context.Context, berth.Volume) error { return errors.New("disk full") }
 			sb := newSandbox("")
@@ -596,7 +596,7 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 			must(t, r.st.CreateSandbox(ctx, other, "test", r.clock()))
 			return create(r, newSandbox(""), berth.CreateRequest{})
 		}},
-		{name: "recording the attempt fails", want: berth.EUnavailable, run: func(t *testing.T, r *placeRig) func(context.Context) error {
+		{name: "recording the attempt fails", want: berth.EInternal, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 			r.fs.beforeCreate = func(context.Context, berth.Sandbox) error { return errors.New("disk full") }
 			return create(r, newSandbox(""), berth.CreateRequest{})
@@ -630,7 +630,7 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 				return err
 			}
 		}},
-		{name: "recording running fails", want: berth.EUnavailable, run: func(t *testing.T, r *placeRig) func(context.Context) error {
+		{name: "recording running fails", want: berth.EInternal, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 			r.fs.beforeTransition = func(_ context.Context, _ string, to berth.SandboxState) error {
 				if to == berth.SandboxRunning {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/placement"
@@ -393,7 +394,7 @@ func (s *Server) startFailed(ctx context.Context, a berth.App, exited bool, caus
 		}
 		a.Incarnation++
 		now := s.cfg.Clock()
-		why := oneLine(berth.ErrorMessage(cause))
+		why := excerpt(oneLine(berth.ErrorMessage(cause)))
 		if !exited {
 			// Transient (agent unreachable, sandbox gone mid-setup): back off and retry.
 			a.RetryAt = now.Add(rand.N(berth.Backoff(a.Attempts, s.cfg.AppBackoffBase, s.cfg.AppBackoffCap)))
@@ -423,7 +424,7 @@ func (s *Server) failApp(ctx context.Context, a berth.App, reason string) {
 		if a.Version != version {
 			return errSuperseded
 		}
-		a.State, a.Reason, a.RetryAt = berth.AppError, oneLine(reason), time.Time{}
+		a.State, a.Reason, a.RetryAt = berth.AppError, excerpt(oneLine(reason)), time.Time{}
 		return nil
 	})
 }
@@ -432,6 +433,23 @@ func (s *Server) failApp(ctx context.Context, a berth.App, reason string) {
 // so tables of apps and events stay one row each.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ⏎ ")), " ")
+}
+
+// ReasonExcerptBytes bounds how much of a failure's text (which may carry a command's output,
+// e.g. service_exited's output tail) an app's reason and its events keep: the first 512
+// bytes, cut at a UTF-8 boundary and marked " …(cut)" (issue 15, point 6; docs/API.md).
+const ReasonExcerptBytes = 512
+
+// excerpt returns s cut to ReasonExcerptBytes.
+func excerpt(s string) string {
+	if len(s) <= ReasonExcerptBytes {
+		return s
+	}
+	cut := ReasonExcerptBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + " …(cut)"
 }
 
 // settle applies fn and stops the sandboxes it retired.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 
@@ -57,6 +58,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tenants/{name}/quota", admin(s.getQuota))
 
 	s.appRoutes(mux, tenant)
+	s.pprofRoutes(mux, admin)
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -66,7 +68,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
-	return s.recoverer(s.appsByHost(mux))
+	return s.httpMetrics(mux, s.recoverer(s.appsByHost(mux)))
 }
 
 // appRoutes adds the app API (APP-1) and the requests to apps by path, /apps/{name}/….
@@ -112,7 +114,8 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("panic in handler", "request_id", id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				s.log.Error("panic in handler", "request_id", id, "method", r.Method, "path", r.URL.Path,
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 				httpjson.WriteError(w, id, berth.Errorf(berth.EInternal, "internal error"))
 			}
 		}()
@@ -131,6 +134,9 @@ func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 		if err == nil && adminOnly && !p.admin() {
 			err = berth.Errorf(berth.EForbidden, "this call needs an admin key")
 		}
+		if err == nil && !p.admin() {
+			err = s.limits.admit(p.Tenant) // issue 15: per-tenant rate, 429 (limits.go)
+		}
 		if err == nil {
 			err = f(w, r, p)
 		}
@@ -140,17 +146,38 @@ func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 	}
 }
 
+// writeError writes err as an API-2 body (httpjson.WriteError) and logs every 5xx answer
+// once, with the request id, method, route and the whole error, cause included (issue 15):
+// at error level for a 500 (a bug: its body says only "internal error"), at warn for any
+// other 5xx (a dependency failing, capacity).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := berth.ErrorCode(err)
-	if code == berth.EInternal {
-		s.log.Error("internal error", "request_id", requestID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
-	}
+	logServerError(s.log, r, err)
 	httpjson.WriteError(w, requestID(r.Context()), err)
 }
 
+// logServerError logs err if its answer is a 5xx: error level for 500, warn otherwise.
+func logServerError(log *slog.Logger, r *http.Request, err error) {
+	status := httpjson.StatusFor(berth.ErrorCode(err))
+	if status < 500 {
+		return
+	}
+	level, msg := slog.LevelWarn, "request failed"
+	if status == http.StatusInternalServerError {
+		level, msg = slog.LevelError, "internal error"
+	}
+	route := r.Pattern
+	if route == "" {
+		route = r.URL.Path
+	}
+	log.Log(r.Context(), level, msg, "request_id", requestID(r.Context()), "method", r.Method,
+		"route", route, "status", status, "code", berth.ErrorCode(err), "err", err)
+}
+
+// readyz answers 200 when the store answers and accepts a write (Ping probes one), else 503
+// unavailable (issue 15: a replica whose store is read-only or closed is not ready).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := s.store.Ping(r.Context()); err != nil {
-		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.EUnavailable, "store not reachable: %v", err))
+		s.writeError(w, r, berth.Wrap(berth.EUnavailable, err, "store cannot write"))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})

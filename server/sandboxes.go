@@ -43,7 +43,7 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 		return t, berth.Errorf(berth.ETemplateNotFound, "no template %q (templates: %s)", req.Template, strings.Join(names, ", "))
 	}
 	if err != nil {
-		return t, berth.Errorf(berth.EUnavailable, "read template: %v", err)
+		return t, berth.Fault(err, "read template")
 	}
 	switch {
 	case req.MemoryMiB < 0 || req.MemoryMiB > s.cfg.MaxSandboxMiB:
@@ -266,13 +266,13 @@ func (s *Server) awaitIdempotent(ctx context.Context, tenant, key string) (berth
 		case errors.Is(err, berth.ErrNotFound):
 			return sb, false, nil
 		case err != nil:
-			return sb, false, berth.Errorf(berth.EUnavailable, "read idempotency key: %v", err)
+			return sb, false, berth.Fault(err, "read idempotency key")
 		case sb.State != berth.SandboxStarting && sb.State != berth.SandboxPending:
 			return sb, true, nil
 		}
 		select {
 		case <-ctx.Done():
-			return sb, false, berth.Errorf(berth.EUnavailable, "gave up waiting for the create holding this Idempotency-Key: %v", ctx.Err())
+			return sb, false, berth.Wrap(berth.EUnavailable, ctx.Err(), "gave up waiting for the create holding this Idempotency-Key")
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -286,7 +286,7 @@ func (s *Server) sandboxFor(ctx context.Context, p principal, id string) (berth.
 		return sb, berth.Errorf(berth.ESandboxNotFound, "no sandbox %q", id)
 	}
 	if err != nil {
-		return sb, berth.Errorf(berth.EUnavailable, "read sandbox: %v", err)
+		return sb, berth.Fault(err, "read sandbox")
 	}
 	return sb, nil
 }
@@ -310,7 +310,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p princip
 	}
 	sbs, err := s.store.Sandboxes(r.Context(), f)
 	if err != nil {
-		return berth.Errorf(berth.EUnavailable, "list sandboxes: %v", err)
+		return berth.Fault(err, "list sandboxes")
 	}
 	if sbs == nil {
 		sbs = []berth.Sandbox{}
@@ -333,7 +333,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 		s.deleteImages(r.Context(), sb.ID+"/")
 		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, []berth.SandboxState{berth.SandboxPaused}, berth.SandboxStopped,
 			"deleted while paused; its image removed", actor, s.cfg.Clock()); err != nil {
-			return berth.Errorf(berth.EUnavailable, "record stopped: %v", err)
+			return berth.Fault(err, "record stopped")
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -341,18 +341,18 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 	if !sb.State.Terminal() {
 		now := s.cfg.Clock()
 		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, nil, berth.SandboxStopping, "delete requested", actor, now); err != nil {
-			return berth.Errorf(berth.EUnavailable, "record stopping: %v", err)
+			return berth.Fault(err, "record stopping")
 		}
 		addr, err := s.agentAddress(r.Context(), sb.AgentID)
 		if err == nil {
 			err = s.agents.delete(r.Context(), addr, sb.ID)
 		}
 		if err != nil {
-			return berth.Errorf(berth.EUnavailable, "agent %s did not confirm the stop (retry the delete): %v", sb.AgentID, err)
+			return berth.Wrap(berth.EUnavailable, err, "agent %s did not confirm the stop (retry the delete)", sb.AgentID)
 		}
 		s.sched.noteEnded(sb.AgentID)
 		if _, err := s.store.TransitionSandbox(r.Context(), sb.ID, []berth.SandboxState{berth.SandboxStopping}, berth.SandboxStopped, "deleted", actor, s.cfg.Clock()); err != nil {
-			return berth.Errorf(berth.EUnavailable, "record stopped: %v", err)
+			return berth.Fault(err, "record stopped")
 		}
 		s.log.Info("sandbox deleted", "sandbox", sb.ID, "agent", sb.AgentID, "tenant", sb.Tenant)
 	}
@@ -388,7 +388,10 @@ func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.S
 	}
 	addr, err := s.agentAddress(ctx, sb.AgentID)
 	if err != nil {
-		return sb, "", berth.Errorf(berth.EUnavailable, "%v", err)
+		if errors.Is(err, berth.ErrNotFound) { // the agent's row is gone: it will not come back
+			return sb, "", berth.Wrap(berth.EUnavailable, err, "agent %s is unknown", sb.AgentID)
+		}
+		return sb, "", berth.Fault(err, "read agent %s", sb.AgentID)
 	}
 	return sb, addr, nil
 }

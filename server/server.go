@@ -69,6 +69,12 @@ type Config struct {
 	// StartingGrace is how long a sandbox may stay starting before the sweeper fails it
 	// (its replica died mid-create and its agent never listed it). Default AgentTimeout + 30 s.
 	StartingGrace time.Duration
+	// Retention is how long terminal sandboxes, their events and the events of ended
+	// reservations are kept after they end (issue 15, point 5; default 7 days); the sweeper
+	// deletes older ones in batches of RetentionBatch (default 500) rows. Negative keeps
+	// them forever (the --retention=0 flag).
+	Retention      time.Duration
+	RetentionBatch int
 	// Apps (APP-1, APP-2). AppReconcileInterval is the reconciler's period (default 1 s; it
 	// also runs at once after any app change). AppStartTimeout is how long a started app's
 	// command has to answer on its port (default 30 s); AppStartFailures how many starts in
@@ -102,6 +108,11 @@ type Config struct {
 	Clock func() time.Time
 	// Registry receives the server's metrics; nil creates a private registry.
 	Registry *prometheus.Registry
+	// TenantRate is each tenant's request rate limit, requests per second (token bucket,
+	// TenantBurst deep; 0 = no limit); over it a call gets 429 rate_limited with Retry-After
+	// (issue 15). DefaultConfig: 100/s, bursts of 200. The admin key and node token are exempt.
+	TenantRate  float64
+	TenantBurst int
 }
 
 // DefaultConfig returns every knob at its documented default.
@@ -133,6 +144,8 @@ func DefaultConfig() Config {
 		AppDrainGrace:        5 * time.Second,
 		AppHeaderTimeout:     60 * time.Second,
 		PauseTimeout:         10 * time.Minute,
+		TenantRate:           100,
+		TenantBurst:          200,
 	}
 }
 
@@ -145,8 +158,10 @@ type Server struct {
 	auth      *authenticator
 	templates *templateCache
 	quotas    *ttlCache[berth.Quota] // per tenant, a few seconds (ADM-11)
+	limits    *tenantLimits          // per-tenant request rate (nil: none)
 	metrics   *metrics
-	stopping  sync.Map // agent id → a stopEnded round in flight
+	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
+	stopping  sync.Map               // agent id → a stopEnded round in flight
 	log       *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
 	// this replica; appSeen when each app last had a request open here (its start, while
@@ -191,7 +206,9 @@ func New(cfg Config, st berth.Store) *Server {
 		auth:         newAuthenticator(st, cfg.NodeToken),
 		templates:    newTemplateCache(st, cfg.Clock),
 		quotas:       &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
+		limits:       newTenantLimits(cfg.TenantRate, cfg.TenantBurst, time.Now),
 		metrics:      m,
+		retained:     newRetentionCounter(cfg.Registry),
 		log:          cfg.Logger,
 		appKick:      make(chan struct{}, 1),
 		appWatchers:  map[string]chan struct{}{},
@@ -242,6 +259,10 @@ func (cfg Config) withDefaults() Config {
 	if cfg.StartingGrace <= 0 {
 		cfg.StartingGrace = cfg.AgentTimeout + 30*time.Second
 	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	cfg.RetentionBatch = conf.Or(cfg.RetentionBatch, 500)
 	cfg.AppReconcileInterval = conf.Or(cfg.AppReconcileInterval, def.AppReconcileInterval)
 	cfg.AppStartTimeout = conf.Or(cfg.AppStartTimeout, def.AppStartTimeout)
 	cfg.AppStartFailures = conf.Or(cfg.AppStartFailures, def.AppStartFailures)
@@ -321,6 +342,8 @@ func (s *Server) sweep(ctx context.Context) {
 		s.expireLeases(ctx)
 	}
 	s.settleCheckpoints(ctx)
+	s.settleStopping(ctx)
+	s.purgeEnded(ctx)
 	s.forgetCalls(ctx)
 	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})
 	if err != nil {

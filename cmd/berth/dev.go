@@ -38,7 +38,12 @@ type devConfig struct {
 	EvictFloorMiB     int64
 	Runtime           runtimeFlags
 	AppsDomain        string
-	Logger            *slog.Logger
+	// Bounds is the server listener's bounds (issue 15): timeouts, connection cap, and
+	// each tenant's request rate (TenantRate per second, bursts of TenantBurst; 0 = none).
+	Bounds serverBounds
+	// Retention is --retention (0: keep forever; issue 15, point 5).
+	Retention time.Duration
+	Logger    *slog.Logger
 	// agentHook, for tests, adjusts agent i's config (0-based) before it starts, e.g. to
 	// watch a loopback metadata server for notices.
 	agentHook func(i int, c *agent.Config)
@@ -56,6 +61,8 @@ func defaultDevConfig() devConfig {
 		StaleAfter:        30 * time.Second,
 		ReservationTTL:    60 * time.Second,
 		Runtime:           defaultRuntimeFlags(),
+		Bounds:            defaultServerBounds(),
+		Retention:         defaultRetention,
 	}
 }
 
@@ -97,7 +104,9 @@ func newDevCmd() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "agent heartbeat period")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry and reserve TTL (ADM-5, LED-2)")
+	registerRetention(f, &cfg.Retention)
 	cfg.Runtime.register(f)
+	cfg.Bounds.register(f)
 	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.Int64Var(&cfg.EvictFloorMiB, "evict-floor-mb", 0, "evict stateless sandboxes when an agent's available memory stays under this, MiB (ADM-9; default 5 % of its budget)")
 	return cmd
@@ -140,6 +149,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	}
 	if err := (server.Config{ReservationTTL: cfg.ReservationTTL, HeartbeatInterval: cfg.HeartbeatInterval, StaleAfter: cfg.StaleAfter}).Validate(); err != nil {
 		return nil, err // C31
+	}
+	if err := checkRetention(cfg.Retention); err != nil {
+		return nil, err
 	}
 	if !admission.ValidMode(cfg.Admission) {
 		return nil, berth.Errorf(berth.EInvalidRequest, "--admission must be %s, %s or %s, not %q",
@@ -234,10 +246,13 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.AppsDomain = cfg.AppsDomain
 	scfg.Snapshots = snapshots
 	scfg.Logger = cfg.Logger
+	scfg.TenantRate, scfg.TenantBurst = cfg.Bounds.TenantRate, cfg.Bounds.TenantBurst
+	scfg.Retention = retentionConfig(cfg.Retention)
 	srv := server.New(scfg, st)
-	s.httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	var bounded net.Listener
+	s.httpSrv, bounded = cfg.Bounds.Limits.Serve(ln, srv.Handler(), srv.LongLived)
 	s.wg.Add(2)
-	go func() { defer s.wg.Done(); _ = s.httpSrv.Serve(ln) }()
+	go func() { defer s.wg.Done(); _ = s.httpSrv.Serve(bounded) }()
 	go func() { defer s.wg.Done(); _ = srv.Run(ctx) }()
 
 	for i, rt := range rts {

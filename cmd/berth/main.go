@@ -80,7 +80,7 @@ func newRootCmd(cf *clientFlags) *cobra.Command {
 	root.PersistentFlags().StringVar(&cf.key, "key", "", "API key (default: env BERTH_KEY, else the file --key-file)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when neither --key nor BERTH_KEY is set")
 	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1); 0: try once")
-	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newAppsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf))
+	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newAppsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf), newVersionCmd())
 	return root
 }
 

@@ -18,10 +18,37 @@ import (
 	"github.com/berth-dev/berth/client"
 )
 
-// scrape reads /metrics and returns the families by name.
+// scrape reads the server's /metrics and returns the families by name.
 func scrape(t *testing.T, st *devStack) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(st.URL + "/metrics")
+	return scrapeURL(t, st.URL+"/metrics")
+}
+
+// scrapeAgents reads every agent's /metrics (no node token: it is public) and returns the
+// families by name, the series of all agents together.
+func scrapeAgents(t *testing.T, st *devStack) map[string]*dto.MetricFamily {
+	t.Helper()
+	agents, err := st.Store.Agents(context.Background())
+	if err != nil || len(agents) == 0 {
+		t.Fatalf("agents: %v %v", agents, err)
+	}
+	all := map[string]*dto.MetricFamily{}
+	for _, a := range agents {
+		for name, f := range scrapeURL(t, a.Address+"/metrics") {
+			if have, ok := all[name]; ok {
+				have.Metric = append(have.Metric, f.Metric...)
+			} else {
+				all[name] = f
+			}
+		}
+	}
+	return all
+}
+
+// scrapeURL reads one Prometheus text exposition.
+func scrapeURL(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +129,18 @@ func TestMET_MetricsMatchTheRun(t *testing.T) {
 		{"berth_api_time_to_success_seconds", map[string]string{"kind": "sandbox"}, func(v float64) bool { return v == 1 }, "one create succeeded after a refusal"},
 		{"berth_scheduler_pick_seconds", nil, func(v float64) bool { return v >= 6 }, "a pick per attempt"},
 		{"berth_ledger_expirations_total", nil, func(v float64) bool { return v == 0 }, "no leaked reservation"},
-		{"berth_ledger_outstanding_reserved_mib", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v >= 0 && v <= 1024 }, "a gauge per agent"},
+		{"berth_ledger_outstanding_reserved_bytes", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v >= 0 && v <= 1024<<20 }, "a gauge per agent, in bytes"},
 		{"berth_fleet_resident_committed_ratio", nil, func(v float64) bool { return v >= 0 && v < 1 }, "idle sandboxes use little of their commitment"},
 		{"berth_agent_heartbeat_age_seconds", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v >= 0 && v < 30 }, "a fresh heartbeat"},
 		{"berth_agents", map[string]string{"status": "active"}, func(v float64) bool { return v == 1 }, "one active agent"},
 		{"berth_agents", map[string]string{"status": "stale"}, func(v float64) bool { return v == 0 }, "no stale agent"},
 		{"berth_agent_ended_sandboxes_total", map[string]string{"state": "stopped"}, func(v float64) bool { return v >= 1 }, "the TTL stop"},
 		{"berth_agent_ended_sandboxes_total", map[string]string{"state": "evicted"}, func(v float64) bool { return v == 0 }, "no eviction"},
-		{"berth_agent_oom_kills", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v == 0 }, "no OOM kill"},
-		{"berth_agent_measurement_errors", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v == 0 }, "no clamped reading"},
+		{"berth_agent_oom_kills_total", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v == 0 }, "no OOM kill (the agent's own counter)"},
+		{"berth_agent_measurement_errors_total", map[string]string{"agent": "dev-agent-1"}, func(v float64) bool { return v == 0 }, "no clamped reading (the agent's own counter)"},
+	}
+	for name, f := range scrapeAgents(t, st) {
+		fams[name] = f
 	}
 	for _, ck := range checks {
 		v, ok := value(fams, ck.name, ck.labels)
@@ -121,10 +151,41 @@ func TestMET_MetricsMatchTheRun(t *testing.T) {
 }
 
 // TestDeployFilesNameRealMetrics: every berth_* series the shipped Grafana dashboard and
-// Prometheus alert rules query is one the server exports, so they cannot silently rot.
+// Prometheus alert rules query is one the server or an agent exports, so they cannot silently
+// rot; and every exported name follows the Prometheus conventions (issue 15): counters end
+// in _total, nothing is in MiB, and the Go and process collectors are there.
 func TestDeployFilesNameRealMetrics(t *testing.T) {
 	st := bootDev(t, nil)
+	// One request first, so the HTTP series exist.
+	if resp, err := http.Get(st.URL + "/healthz"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
 	fams := scrape(t, st)
+	for _, side := range []map[string]*dto.MetricFamily{fams, scrapeAgents(t, st)} {
+		for _, name := range []string{"go_goroutines", "process_open_fds"} {
+			if _, ok := side[name]; !ok {
+				t.Errorf("a /metrics lacks %s", name)
+			}
+		}
+		for name, f := range side {
+			if f.GetType() == dto.MetricType_COUNTER && !strings.HasSuffix(name, "_total") {
+				t.Errorf("counter %s does not end in _total", name)
+			}
+			if strings.HasPrefix(name, "berth_") && (strings.Contains(name, "_mib") || strings.Contains(name, "_mb")) {
+				t.Errorf("%s is not in base units (bytes)", name)
+			}
+		}
+	}
+	if v, ok := value(fams, "berth_http_requests_total", map[string]string{"route": "GET /healthz", "code": "200"}); !ok || v < 1 {
+		t.Errorf(`berth_http_requests_total{route="GET /healthz",code="200"} = %v (present %v), want ≥ 1`, v, ok)
+	}
+	for name, f := range scrapeAgents(t, st) {
+		if _, ok := fams[name]; !ok {
+			fams[name] = f
+		}
+	}
 	re := regexp.MustCompile(`berth_[a-z_]+`)
 	for _, file := range []string{"../../deploy/grafana-dashboard.json", "../../deploy/prometheus-alerts.yml"} {
 		b, err := os.ReadFile(file)
@@ -141,7 +202,7 @@ func TestDeployFilesNameRealMetrics(t *testing.T) {
 				base = strings.TrimSuffix(base, suffix)
 			}
 			if _, ok := fams[base]; !ok {
-				t.Errorf("%s queries %s, which the server does not export", file, n)
+				t.Errorf("%s queries %s, which neither the server nor an agent exports", file, n)
 			}
 		}
 	}

@@ -14,24 +14,32 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/internal/httpbound"
 	"github.com/berth-dev/berth/preempt"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/postgres"
 	"github.com/berth-dev/berth/store/sqlite"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // newServerCmd is `berth server`: one API/scheduler replica over a store. Agents join with
 // the node token (env BERTH_NODE_TOKEN).
 func newServerCmd() *cobra.Command {
 	cfg := server.DefaultConfig()
+	bounds := defaultServerBounds()
 	listen, data, storeSpec, snapshotURL := "127.0.0.1:7070", defaultDataDir(), "", ""
+	retention := defaultRetention
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API and scheduler (one replica)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			if err := checkRetention(retention); err != nil {
+				return err
+			}
+			cfg.Retention = retentionConfig(retention)
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" {
 				return berth.Errorf(berth.EInvalidRequest, "set BERTH_NODE_TOKEN: agents authenticate with it")
@@ -68,8 +76,9 @@ func newServerCmd() *cobra.Command {
 			if cfg.Snapshots != nil {
 				defer cfg.Snapshots.Close()
 			}
+			cfg.TenantRate, cfg.TenantBurst = bounds.TenantRate, bounds.TenantBurst
 			srv := server.New(cfg, st)
-			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			hs, bln := bounds.Limits.Serve(ln, srv.Handler(), srv.LongLived)
 			go func() { _ = srv.Run(ctx) }()
 			go func() {
 				<-ctx.Done()
@@ -78,7 +87,7 @@ func newServerCmd() *cobra.Command {
 				_ = hs.Shutdown(shut)
 			}()
 			fmt.Fprintf(cmd.OutOrStdout(), "Berth server at http://%s (admin key %s)\n", ln.Addr(), keyAt)
-			if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := hs.Serve(bln); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
@@ -99,7 +108,31 @@ func newServerCmd() *cobra.Command {
 	f.DurationVar(&cfg.AppWakeTimeout, "app-wake-timeout", cfg.AppWakeTimeout, "how long a request to a hibernated app is held while it wakes")
 	f.DurationVar(&cfg.AppStartTimeout, "app-start-timeout", cfg.AppStartTimeout, "how long a started app has to answer on its port")
 	f.StringVar(&snapshotURL, "snapshot-store", "", "the agents' snapshot store (the same URL as theirs): paused sandboxes' images are removed from it when they are deleted or resumed (PAUSE-1)")
+	registerRetention(f, &retention)
+	bounds.register(f)
 	return cmd
+}
+
+// serverBounds are the flags bounding one API listener (issue 15, point 3; docs/DECISIONS.md
+// "Bounded servers"): connections, timeouts and each tenant's request rate.
+type serverBounds struct {
+	Limits      httpbound.Limits
+	TenantRate  float64
+	TenantBurst int
+}
+
+func defaultServerBounds() serverBounds {
+	d := server.DefaultConfig()
+	return serverBounds{Limits: httpbound.DefaultLimits(), TenantRate: d.TenantRate, TenantBurst: d.TenantBurst}
+}
+
+func (b *serverBounds) register(f *pflag.FlagSet) {
+	f.IntVar(&b.Limits.MaxConns, "max-conns", b.Limits.MaxConns, "connections the API listener holds open at once; at the cap the longest-idle one is closed (-1: no cap)")
+	f.DurationVar(&b.Limits.IdleTimeout, "idle-timeout", b.Limits.IdleTimeout, "a keep-alive connection with no request for this long is closed")
+	f.DurationVar(&b.Limits.BodyTimeout, "body-timeout", b.Limits.BodyTimeout, "time a request body has, plus one second per --body-min-rate bytes received (slow uploads that keep flowing are not cut)")
+	f.Int64Var(&b.Limits.BodyMinRate, "body-min-rate", b.Limits.BodyMinRate, "bytes per second a request body must keep up after --body-timeout")
+	f.Float64Var(&b.TenantRate, "tenant-rate", b.TenantRate, "requests per second each tenant's keys may make (token bucket; 0: no limit); over it: 429 rate_limited with Retry-After")
+	f.IntVar(&b.TenantBurst, "tenant-burst", b.TenantBurst, "requests a tenant may make at once above --tenant-rate")
 }
 
 // openStore opens the store named by spec: a postgres:// or postgresql:// URL, or a SQLite

@@ -4,6 +4,8 @@
 package httpjson
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -39,6 +41,8 @@ func StatusFor(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case berth.EIdempotencyMismatch:
 		return http.StatusUnprocessableEntity
+	case berth.ERateLimited:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -50,13 +54,19 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// WriteError writes err as an API-2 error body. Errors that are not *berth.Error become
-// "internal" with a generic message (details stay in the logs). A retryable error with a
-// RetryAfter also sets the Retry-After header in whole seconds (at least 1).
+// WriteError writes err as an API-2 error body. Errors that are not *berth.Error, and every
+// "internal" one, have the message "internal error" (details stay in the logs, issue 15); an
+// *Error's Cause is never written. A retryable error with a RetryAfter also sets the
+// Retry-After header in whole seconds (at least 1). An empty requestID falls back to the
+// response's X-Request-Id header (set by a middleware, e.g. from the calling server's id), so
+// an answer proxied on keeps its id.
 func WriteError(w http.ResponseWriter, requestID string, err error) {
 	var e *berth.Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) || e.Code == berth.EInternal {
 		e = &berth.Error{Code: berth.EInternal, Message: "internal error"}
+	}
+	if requestID == "" {
+		requestID = w.Header().Get(berth.HeaderRequestID)
 	}
 	d := berth.ErrorDetail{
 		Code:      e.Code,
@@ -73,6 +83,36 @@ func WriteError(w http.ResponseWriter, requestID string, err error) {
 		w.Header().Set(berth.HeaderRequestID, requestID)
 	}
 	WriteJSON(w, StatusFor(e.Code), berth.ErrorBody{Error: d})
+}
+
+// EchoRequestID makes the request id of a proxied call the id of its answer: a request's
+// X-Request-Id (a printable token of at most 64 bytes, as the server sends to its agents) is
+// set on the response before next runs, so WriteError's bodies carry it (issue 15: errors
+// proxied from an agent keep their request id); a missing or malformed one gets a fresh id.
+func EchoRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(berth.HeaderRequestID)
+		if !validRequestID(id) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = "req-" + hex.EncodeToString(b[:])
+		}
+		w.Header().Set(berth.HeaderRequestID, id)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// validRequestID reports whether id is 1–64 bytes of ASCII letters, digits, '-' and '_'.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Decode reads one JSON value of at most limit bytes into v. Unknown fields, trailing data

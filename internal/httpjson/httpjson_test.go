@@ -1,6 +1,7 @@
 package httpjson
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -29,6 +30,7 @@ func TestStatusForPinsEveryCode(t *testing.T) {
 		berth.EUnauthorized:        401,
 		berth.EConflict:            409,
 		berth.ETooLarge:            413,
+		berth.ERateLimited:         429,
 		berth.EInternal:            500,
 		"some_future_code":         500,
 	}
@@ -100,6 +102,57 @@ func TestDecodeMessagesSpeakJSON(t *testing.T) {
 		err := Decode(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", strings.NewReader(in)), 1024, &v)
 		if got := berth.ErrorMessage(err); got != want {
 			t.Errorf("Decode(%s) message %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestWriteErrorHidesCauses (issue 15): an *Error's Cause never reaches the body, and an
+// internal error says only "internal error", whatever its message.
+func TestWriteErrorHidesCauses(t *testing.T) {
+	for _, err := range []error{
+		berth.Wrap(berth.EUnavailable, errors.New("dial tcp 10.0.0.7:5432: connection refused"), "list sandboxes"),
+		berth.Wrap(berth.EInternal, errors.New("sql: database is closed"), "list sandboxes"),
+		berth.Errorf(berth.EInternal, "sqlite: api key: sql: database is closed"),
+	} {
+		w := httptest.NewRecorder()
+		WriteError(w, "req-1", err)
+		for _, leak := range []string{"10.0.0.7", "refused", "closed", "sqlite"} {
+			if strings.Contains(w.Body.String(), leak) {
+				t.Errorf("WriteError(%v) body holds %q: %s", err, leak, w.Body.String())
+			}
+		}
+		if berth.ErrorCode(err) == berth.EInternal && !strings.Contains(w.Body.String(), `"message":"internal error"`) {
+			t.Errorf("internal error body %s: want message \"internal error\"", w.Body.String())
+		}
+	}
+}
+
+// TestEchoRequestID (issue 15): an error answered behind EchoRequestID carries the request
+// id the caller sent (a server proxying an agent's answer); without one, a fresh id; a
+// malformed one is replaced.
+func TestEchoRequestID(t *testing.T) {
+	h := EchoRequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, "", berth.Errorf(berth.EUpstream, "nothing answers"))
+	}))
+	for _, tc := range []struct{ sent, want string }{
+		{"req-abc123", "req-abc123"},
+		{"", ""},
+		{"bad id\r\nx", ""},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		if tc.sent != "" {
+			r.Header[berth.HeaderRequestID] = []string{tc.sent}
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var body berth.ErrorBody
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		got := body.Error.RequestID
+		if got == "" || got != w.Header().Get(berth.HeaderRequestID) || (tc.want != "" && got != tc.want) ||
+			(tc.want == "" && got == tc.sent) {
+			t.Errorf("sent %q: body request_id %q header %q, want %q (or a fresh one)", tc.sent, got, w.Header().Get(berth.HeaderRequestID), tc.want)
 		}
 	}
 }

@@ -58,6 +58,8 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"AgentRuntime", one(testAgentRuntime)},
 		{"OvertakenHeartbeat", one(testOvertakenHeartbeat)},
 		{"CreateOutcomeQuarantine", one(testCreateOutcome)},
+		{"RestartClearsQuarantine", one(testRestartClearsQuarantine)},
+		{"PurgeEnded", one(testPurgeEnded)},
 		{"EndedSandboxes", one(testEndedSandboxes)},
 		{"EndedSandboxesLongList", one(testEndedSandboxesLongList)},
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},

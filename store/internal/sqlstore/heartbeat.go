@@ -21,7 +21,9 @@ import (
 //     is draining while an operator drain is in force, else hb.Status ("" means active);
 //   - it writes the agent events: "" → status on first sight (reason "registered"), old →
 //     new on a status change ("heartbeat") and old → new boot id ("agent restarted"); on a
-//     new boot, every live sandbox of the agent that hb does not list becomes lost (AGT-6);
+//     new boot, every live sandbox of the agent that hb does not list becomes lost (AGT-6),
+//     and its create-failure count and quarantine are cleared (PLC-9: the failures were the
+//     old process's), with the event "quarantined → active" if it was quarantined;
 //   - it applies hb.Ended: each listed sandbox that exists, belongs to hb.AgentID and is not
 //     terminal moves to its (terminal) state, actor "agent/<id>". Unknown ids, other agents'
 //     sandboxes and non-terminal states are ignored, so a retried list is harmless;
@@ -123,6 +125,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 				return err
 			}
 			if err := s.loseUnheld(ctx, tx, hb, actor, now); err != nil {
+				return err
+			}
+			if err := s.clearQuarantine(ctx, tx, hb.AgentID, actor, now); err != nil {
 				return err
 			}
 		}
@@ -292,4 +297,31 @@ func (s *Store) oomEvents(ctx context.Context, tx *Tx, oldHeld []byte, hb berth.
 		}
 	}
 	return nil
+}
+
+// clearQuarantine resets an agent's create-failure count and quarantine when it restarts
+// (issue 15, point 5): the failures belonged to the process that is gone. If a quarantine
+// was still in force at now it writes "quarantined → active" ("agent restarted") and
+// notifies WatchAgents listeners.
+func (s *Store) clearQuarantine(ctx context.Context, tx *Tx, id, actor string, now time.Time) error {
+	var failures int
+	var until sql.NullInt64
+	if err := tx.queryRow(ctx, `SELECT create_failures, quarantined_until FROM agents WHERE id = ?`, id).
+		Scan(&failures, &until); err != nil {
+		return s.errorf("restart of %q: %w", id, err)
+	}
+	if failures == 0 && !until.Valid {
+		return nil
+	}
+	if _, err := tx.exec(ctx, `UPDATE agents SET create_failures = 0, quarantined_until = NULL WHERE id = ?`, id); err != nil {
+		return s.errorf("restart of %q: %w", id, err)
+	}
+	if !fromNullMS(until).After(now) {
+		return nil
+	}
+	if err := s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "agent/" + id, From: string(berth.AgentQuarantined), To: string(berth.AgentActive),
+		Reason: "agent restarted: its create failures were the old process's", Actor: actor}); err != nil {
+		return err
+	}
+	return s.d.NotifyAgent(ctx, tx, id)
 }

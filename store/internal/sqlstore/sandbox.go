@@ -231,8 +231,11 @@ func (s *Store) transitionTx(ctx context.Context, tx *Tx, id string, from []bert
 	if !allowed || state == to {
 		return false, nil
 	}
-	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? THEN NULL ELSE idempotency_key END`
-	args := []any{string(to), reason, state.FreesIdempotencyKey(to)}
+	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? THEN NULL ELSE idempotency_key END, ended_at = ?`
+	args := []any{string(to), reason, state.FreesIdempotencyKey(to), nullMS(time.Time{})}
+	if to.Terminal() {
+		args[3] = ms(now) // retention counts from here (PurgeEnded)
+	}
 	if place != nil {
 		set += `, agent_id = ?, expires_at = ?, paused_at = ?, image = ?`
 		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)

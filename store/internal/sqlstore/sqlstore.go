@@ -295,7 +295,9 @@ func Migrate(ctx context.Context, name string, db *sql.DB, dialect goose.Dialect
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Ping checks that the database answers a query (for /readyz), giving up after the
+// Ping checks that the database answers and accepts a write (for /readyz, issue 15): a write
+// transaction running an UPDATE that matches no row, rolled back, so nothing changes (SQLite
+// takes its write lock; PostgreSQL refuses it on a read-only standby). It gives up after the
 // dialect's PingTimeout (0: only when ctx ends).
 func (s *Store) Ping(ctx context.Context) error {
 	if s.d.PingTimeout > 0 {
@@ -303,9 +305,13 @@ func (s *Store) Ping(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, s.d.PingTimeout)
 		defer cancel()
 	}
-	var one int
-	if err := s.db.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
-		return s.errorf("ping: %w", err)
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.errorf("ping: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "UPDATE templates SET name = name WHERE 1 = 0"); err != nil {
+		return s.errorf("ping: write probe: %w", err)
 	}
 	return nil
 }
