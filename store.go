@@ -169,6 +169,7 @@ type Store interface {
 	TenantStore
 	AppStore
 	IdempotencyStore
+	AgentCredentialStore
 	// Ping checks the store is reachable and accepts a write, changing nothing (for /readyz,
 	// issue 15).
 	Ping(ctx context.Context) error

@@ -112,9 +112,13 @@ type Config struct {
 	// create waits for a slot before host_starts_saturated (default 250 ms).
 	MaxStarts     int
 	StartSlotWait time.Duration
-	// ServerURL and NodeToken: where heartbeats go and the token both sides present.
-	ServerURL string
-	NodeToken string
+	// ServerURL and NodeToken: where heartbeats go and the token both sides present. The
+	// agent uses NodeToken towards the server only to join (TRUST-1); its heartbeats and
+	// evacuation plans carry the credential the join returned, which it keeps in
+	// CredentialFile (mode 0600; "" keeps it in memory, so a restart joins again).
+	ServerURL      string
+	NodeToken      string
+	CredentialFile string
 	// VolumeDir holds volumes, durable and pinned to this host (POOL-2, POOL-4): never under
 	// a cache directory, never removed when a sandbox ends. "" refuses volume creates.
 	VolumeDir string
@@ -207,7 +211,8 @@ type Agent struct {
 	cfg    Config
 	rt     Runtime
 	log    *slog.Logger
-	hb     *client.Client
+	credMu sync.Mutex     // guards cred
+	cred   *client.Client // speaks as this agent (TRUST-1); nil until joined
 	bootID string
 	starts chan struct{}
 
@@ -301,7 +306,6 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		cfg:    cfg,
 		rt:     rt,
 		log:    cfg.Logger.With("agent", cfg.ID),
-		hb:     client.New(cfg.ServerURL, cfg.NodeToken),
 		bootID: randomID(),
 		starts: make(chan struct{}, cfg.MaxStarts),
 		guests: map[string]*guest{},

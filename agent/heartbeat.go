@@ -79,7 +79,13 @@ func (a *Agent) sendHeartbeat(ctx context.Context) {
 	hb := a.Heartbeat(time.Now())
 	cctx, cancel := context.WithTimeout(ctx, max(a.cfg.HeartbeatInterval, time.Second))
 	defer cancel()
-	if err := a.hb.Heartbeat(cctx, hb); err != nil {
+	c, err := a.serverClient(cctx)
+	if err == nil {
+		if err = c.Heartbeat(cctx, hb); err != nil {
+			a.credentialRefused(err)
+		}
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}

@@ -462,7 +462,11 @@ func (a *Agent) evacuate(n preempt.Notice, now time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	outcomes, err := a.hb.Evacuate(ctx, a.cfg.ID, req)
+	c, err := a.serverClient(ctx)
+	var outcomes []berth.EvacuateOutcome
+	if err == nil {
+		outcomes, err = c.Evacuate(ctx, a.cfg.ID, req)
+	}
 	if err != nil {
 		a.log.Error("evacuation plan not carried out; the sandboxes' leases will settle them", "err", err)
 		return

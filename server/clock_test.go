@@ -41,6 +41,8 @@ type clockHarness struct {
 	s   *Server
 	url string
 	key string
+	// creds holds each agent's credential once joined (TRUST-1).
+	creds map[string]string
 }
 
 func newClockHarness(t *testing.T, st berth.Store) *clockHarness {
@@ -79,10 +81,22 @@ func (h *clockHarness) call(t *testing.T, method, path, key string, body any) (i
 	return resp.StatusCode, b
 }
 
-// beat posts a heartbeat over HTTP as an agent does.
+// cred returns agent id's credential, joining it the first time (TRUST-1).
+func (h *clockHarness) cred(t *testing.T, id string) string {
+	t.Helper()
+	if h.creds == nil {
+		h.creds = map[string]string{}
+	}
+	if h.creds[id] == "" {
+		h.creds[id] = joinAs(t, h.url, id)
+	}
+	return h.creds[id]
+}
+
+// beat posts a heartbeat over HTTP as an agent does, with its credential.
 func (h *clockHarness) beat(t *testing.T, hb berth.Heartbeat) {
 	t.Helper()
-	if code, b := h.call(t, http.MethodPost, "/v1/agents/heartbeat", "node-token", hb); code != http.StatusNoContent {
+	if code, b := h.call(t, http.MethodPost, "/v1/agents/heartbeat", h.cred(t, hb.AgentID), hb); code != http.StatusNoContent {
 		t.Fatalf("heartbeat seq %d: %d %s", hb.Seq, code, b)
 	}
 }
@@ -239,7 +253,7 @@ func testAgentClock(t *testing.T, st berth.Store, ck skewed) {
 	plan := berth.EvacuateRequest{Deadline: time.Now().Add(ck.skew(12) + time.Minute), DeadlineInMS: 60_000,
 		Steps: []berth.EvacuateStep{{SandboxID: sb.ID, Action: "reconstruct"}}}
 	must(t, st.SetAgentDrain(ctx, "doomed", true, "preemption notice", "agent/doomed", h.clk.Now()))
-	code, b := h.call(t, http.MethodPost, "/v1/agents/doomed/evacuate", "node-token", plan)
+	code, b := h.call(t, http.MethodPost, "/v1/agents/doomed/evacuate", h.cred(t, "doomed"), plan)
 	var out struct{ Outcomes []berth.EvacuateOutcome }
 	if code != http.StatusOK || json.Unmarshal(b, &out) != nil || len(out.Outcomes) != 1 ||
 		out.Outcomes[0].State != berth.SandboxReconstructed {
@@ -287,7 +301,7 @@ func TestCase_C32_BadSeqAndDeadlineRefused(t *testing.T) {
 		{"/v1/agents/a1/evacuate", berth.EvacuateRequest{DeadlineInMS: -1}},
 		{"/v1/agents/a1/evacuate", berth.EvacuateRequest{DeadlineInMS: 1 << 62}},
 	} {
-		code, b := h.call(t, http.MethodPost, tc.path, "node-token", tc.body)
+		code, b := h.call(t, http.MethodPost, tc.path, h.cred(t, "a1"), tc.body)
 		var eb berth.ErrorBody
 		_ = json.Unmarshal(b, &eb)
 		if code != http.StatusBadRequest || eb.Error.Code != berth.EInvalidRequest {

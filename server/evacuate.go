@@ -12,7 +12,7 @@ import (
 	"github.com/berth-dev/berth/internal/httpjson"
 )
 
-// evacuate is POST /v1/agents/{id}/evacuate with the node token (SPOT-3): an agent under a
+// evacuate is POST /v1/agents/{id}/evacuate with agent {id}'s credential (SPOT-3, TRUST-1): an agent under a
 // preemption notice hands over its triage plan, and the server carries out the steps only a
 // control plane can: a reconstructible sandbox is recreated elsewhere from its template
 // through the normal scheduler (evacuating → reconstructed, or lost if no host takes it
@@ -21,7 +21,10 @@ import (
 // Every outcome is an event. Steps run in the plan's order (reconstructions, then moves
 // smallest first, then losses).
 func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) {
-	if err := s.auth.node(r); err != nil {
+	if cred, err := s.agentCredential(r.Context(), r); err != nil {
+		s.writeError(w, r, err)
+		return
+	} else if err := sameAgent(cred, r.PathValue("id")); err != nil { // TRUST-1
 		s.writeError(w, r, err)
 		return
 	}

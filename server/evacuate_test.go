@@ -41,7 +41,7 @@ func TestSPOT3_ReconstructRetriesUntilTheDeadline(t *testing.T) {
 	body, _ := json.Marshal(berth.EvacuateRequest{Deadline: time.Now().Add(20 * time.Second),
 		Steps: []berth.EvacuateStep{{SandboxID: "sb-job", Action: "reconstruct"}}})
 	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/agents/doomed/evacuate", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer node-token")
+	req.Header.Set("Authorization", "Bearer "+joinAs(t, h.srv.URL, "doomed"))
 	resp, err := http.DefaultClient.Do(req)
 	must(t, err)
 	defer resp.Body.Close()

@@ -132,11 +132,12 @@ type heartbeatBody struct {
 	RetiredStreamRestore json.RawMessage `json:"stream_restore_enabled,omitempty"`
 }
 
-// heartbeat is POST /v1/agents/heartbeat with the node token (AGT-1). It records the
+// heartbeat is POST /v1/agents/heartbeat with the agent's credential (AGT-1, TRUST-1). It records the
 // heartbeat, nets the ledger (LED-4) and applies the agent's ended sandboxes in one store
 // transaction, then folds the agent into this replica's snapshot.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
-	if err := s.auth.node(r); err != nil {
+	cred, err := s.agentCredential(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -147,6 +148,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	hb := body.Heartbeat
 	if err := validateHeartbeat(hb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// TRUST-1: only the credential bound to hb.AgentID may announce it or report its ended
+	// sandboxes; another agent's credential is 403, a revoked or unknown one 401.
+	if err := sameAgent(cred, hb.AgentID); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

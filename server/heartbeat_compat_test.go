@@ -12,9 +12,10 @@ import (
 // rolling upgrade keeps old agents placeable; any other unknown field is still a 400.
 func TestHeartbeatFromThePreviousRelease(t *testing.T) {
 	h := newHarness(t, 0)
+	cred := joinAs(t, h.srv.URL, "old-1")
 	post := func(body string) int {
 		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/agents/heartbeat", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer node-token")
+		req.Header.Set("Authorization", "Bearer "+cred)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -263,7 +263,45 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			return printJSON(cmd.OutOrStdout(), st)
 		},
 	}
-	cmd.AddCommand(list, drain, undrain, status)
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Revoke an agent's credential: its calls get 401, it goes silent and cannot rejoin under this id (TRUST-1)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			n, err := c.RevokeAgent(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s (%d live credential(s))\n", args[0], n)
+			return nil
+		},
+	}
+	creds := &cobra.Command{
+		Use: "credentials", Short: "List agent credentials: agent, created, revoked (never the secret; TRUST-1)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			cs, err := c.AgentCredentials(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "AGENT\tCREATED\tREVOKED\tBY")
+			for _, k := range cs {
+				revoked := "-"
+				if !k.Live() {
+					revoked = k.RevokedAt.Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.AgentID, k.CreatedAt.Format(time.RFC3339), revoked, k.RevokedBy)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(list, drain, undrain, status, revoke, creds)
 	return cmd
 }
 

@@ -153,6 +153,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err := checkRetention(cfg.Retention); err != nil {
 		return nil, err
 	}
+	if err := cfg.Bounds.check(); err != nil {
+		return nil, err
+	}
 	if !admission.ValidMode(cfg.Admission) {
 		return nil, berth.Errorf(berth.EInvalidRequest, "--admission must be %s, %s or %s, not %q",
 			berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, cfg.Admission)

@@ -39,6 +39,9 @@ func newServerCmd() *cobra.Command {
 			if err := checkRetention(retention); err != nil {
 				return err
 			}
+			if err := bounds.check(); err != nil {
+				return err
+			}
 			cfg.Retention = retentionConfig(retention)
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" {
@@ -127,12 +130,28 @@ func defaultServerBounds() serverBounds {
 }
 
 func (b *serverBounds) register(f *pflag.FlagSet) {
-	f.IntVar(&b.Limits.MaxConns, "max-conns", b.Limits.MaxConns, "connections the API listener holds open at once; at the cap the longest-idle one is closed (-1: no cap)")
+	f.IntVar(&b.Limits.MaxConns, "max-conns", b.Limits.MaxConns, "connections the API listener holds open at once; at the cap the longest-idle one is closed (0: the default; -1: no cap)")
 	f.DurationVar(&b.Limits.IdleTimeout, "idle-timeout", b.Limits.IdleTimeout, "a keep-alive connection with no request for this long is closed")
 	f.DurationVar(&b.Limits.BodyTimeout, "body-timeout", b.Limits.BodyTimeout, "time a request body has, plus one second per --body-min-rate bytes received (slow uploads that keep flowing are not cut)")
 	f.Int64Var(&b.Limits.BodyMinRate, "body-min-rate", b.Limits.BodyMinRate, "bytes per second a request body must keep up after --body-timeout")
 	f.Float64Var(&b.TenantRate, "tenant-rate", b.TenantRate, "requests per second each tenant's keys may make (token bucket; 0: no limit); over it: 429 rate_limited with Retry-After")
-	f.IntVar(&b.TenantBurst, "tenant-burst", b.TenantBurst, "requests a tenant may make at once above --tenant-rate")
+	f.IntVar(&b.TenantBurst, "tenant-burst", b.TenantBurst, "requests a tenant may make at once above --tenant-rate (0 counts as 1)")
+}
+
+// check refuses bounds no listener can serve under (invalid_request, exit 2), before
+// anything starts: a negative rate, burst, timeout or minimum body rate, or a connection cap
+// below -1 — a negative value would otherwise silently mean "no limit" or "the default".
+func (b serverBounds) check() error {
+	l := b.Limits
+	switch {
+	case b.TenantRate < 0 || b.TenantBurst < 0:
+		return berth.Errorf(berth.EInvalidRequest, "--tenant-rate and --tenant-burst must be 0 (no limit; a burst of 1) or positive, not %v and %d", b.TenantRate, b.TenantBurst)
+	case l.MaxConns < -1:
+		return berth.Errorf(berth.EInvalidRequest, "--max-conns must be -1 (no cap), 0 (the default) or positive, not %d", l.MaxConns)
+	case l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.BodyMinRate < 0:
+		return berth.Errorf(berth.EInvalidRequest, "--idle-timeout, --body-timeout and --body-min-rate must not be negative")
+	}
+	return nil
 }
 
 // openStore opens the store named by spec: a postgres:// or postgresql:// URL, or a SQLite
@@ -173,6 +192,7 @@ func newAgentCmd() *cobra.Command {
 				return err
 			}
 			defer release()
+			cfg.CredentialFile = filepath.Join(dir, "agent-credential") // TRUST-1: re-used across restarts
 			if cfg.ID == "" {
 				host, _ := os.Hostname()
 				if cfg.ID, err = defaultAgentID(host, dir); err != nil {

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"Templates", one(testTemplates)},
 		{"Tenants", one(testTenants)},
 		{"APIKeys", one(testAPIKeys)},
+		{"AgentCredentials", one(testAgentCredentials)},
 		{"CreateSandboxRoundTrip", one(testCreateSandboxRoundTrip)},
 		{"TimesAreUTCMilliseconds", one(testTimesAreUTCMilliseconds)},
 		{"SandboxNotFound", one(testSandboxNotFound)},

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/httpjson"
+)
+
+// joinRequest is the body of POST /v1/agents/join.
+type joinRequest struct {
+	AgentID string `json:"agent_id"`
+}
+
+// joinAgent is POST /v1/agents/join with the fleet's join (node) token (TRUST-1): body
+// {"agent_id": "..."} (1–128 bytes). It answers 201 {"agent_id", "credential", "created_at"}:
+// credential is a new random 256-bit secret (64 hex characters) bound to agent_id, of which
+// the store keeps only the SHA-256. A join for an id with a live credential replaces it (the
+// old one is revoked: an agent restarted without its credential file comes back). Errors:
+// 401 unauthorized without the join token, 400 invalid_request, 403 forbidden for an id an
+// admin revoked.
+func (s *Server) joinAgent(w http.ResponseWriter, r *http.Request) {
+	if err := s.auth.node(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req joinRequest
+	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.AgentID == "" || len(req.AgentID) > 128 {
+		s.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "agent_id must be 1–128 bytes"))
+		return
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	secret := hex.EncodeToString(b)
+	c := berth.AgentCredential{AgentID: req.AgentID, Hash: HashKey(secret), CreatedAt: s.cfg.Clock()}
+	err := s.store.JoinAgent(r.Context(), c)
+	if errors.Is(err, berth.ErrRevoked) {
+		s.writeError(w, r, berth.Errorf(berth.EForbidden, "agent %q was revoked by an admin; admit the host under a new agent id", req.AgentID))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, berth.Fault(err, "record agent credential"))
+		return
+	}
+	s.log.Info("agent joined", "agent", req.AgentID)
+	httpjson.WriteJSON(w, http.StatusCreated, map[string]any{"agent_id": req.AgentID, "credential": secret, "created_at": c.CreatedAt})
+}
+
+// agentCredential resolves the request's bearer as a live agent credential (TRUST-1).
+// Errors: 401 unauthorized for a missing, unknown or revoked credential (the join token
+// itself is not a credential); unavailable if the store fails. Credentials are read from the
+// store on every call, never cached, so a revoke holds at once on every replica.
+func (s *Server) agentCredential(ctx context.Context, r *http.Request) (berth.AgentCredential, error) {
+	secret := bearer(r)
+	if secret == "" {
+		return berth.AgentCredential{}, berth.Errorf(berth.EUnauthorized, "missing agent credential: join at POST /v1/agents/join and send Authorization: Bearer <credential>")
+	}
+	c, err := s.store.AgentCredentialByHash(ctx, HashKey(secret))
+	if errors.Is(err, berth.ErrNotFound) {
+		return c, berth.Errorf(berth.EUnauthorized, "unknown agent credential (the node token is a join token only: POST /v1/agents/join)")
+	}
+	if err != nil {
+		return c, berth.Fault(err, "agent credential lookup failed")
+	}
+	if !c.Live() {
+		return c, berth.Errorf(berth.EUnauthorized, "agent credential revoked (%s); join again", c.RevokedBy)
+	}
+	return c, nil
+}
+
+// sameAgent checks credential c names agentID: a credential of another agent is 403
+// forbidden (TRUST-1).
+func sameAgent(c berth.AgentCredential, agentID string) error {
+	if c.AgentID != agentID {
+		return berth.Errorf(berth.EForbidden, "this credential belongs to agent %q, not %q", c.AgentID, agentID)
+	}
+	return nil
+}
+
+// listAgentCredentials is GET /v1/agents/credentials (admin, TRUST-1): {"credentials": [
+// {"agent_id", "created_at", "revoked_at"?, "revoked_by"?}]}, by agent id then creation time.
+// Secrets are never stored, so never shown.
+func (s *Server) listAgentCredentials(w http.ResponseWriter, r *http.Request, _ principal) error {
+	cs, err := s.store.AgentCredentials(r.Context())
+	if err != nil {
+		return berth.Fault(err, "list agent credentials")
+	}
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"credentials": cs})
+	return nil
+}
+
+// revokeAgent is POST /v1/agents/{id}/revoke (admin, TRUST-1): the agent's live credentials
+// are revoked, its calls get 401 from then on and its heartbeats stop counting (it goes
+// silent and leases take over), and it cannot join again under this id. Answers 200
+// {"agent_id", "revoked": n}; 404 not_found for an id that never joined.
+func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, p principal) error {
+	id := r.PathValue("id")
+	n, err := s.store.RevokeAgent(r.Context(), id, s.cfg.Clock())
+	if errors.Is(err, berth.ErrNotFound) {
+		return berth.Errorf(berth.ENotFound, "agent %q never joined", id)
+	}
+	if err != nil {
+		return berth.Fault(err, "revoke agent")
+	}
+	s.log.Warn("agent credentials revoked", "agent", id, "revoked", n, "by", "tenant/"+p.Tenant)
+	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"agent_id": id, "revoked": n})
+	return nil
+}

@@ -1,0 +1,174 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/runtime/noop"
+	"github.com/berth-dev/berth/server"
+	"github.com/berth-dev/berth/store/sqlite"
+)
+
+// TestTRUST1_AgentCredentialBindsItsID: two real agents (noop runtime, real HTTP on
+// 127.0.0.1, a real server on SQLite) join with the fleet's join token and heartbeat with
+// their own credentials. Agent A's credential cannot heartbeat as B, report B's sandbox
+// ended, evacuate B (403 forbidden) or announce a new id; the join token itself is no
+// heartbeat credential (401); creates land only on A and B; after an admin revoke, A's
+// credential gets 401 and A cannot rejoin under its id (403).
+func TestTRUST1_AgentCredentialBindsItsID(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	admin := server.NewKeySecret()
+	for _, err := range []error{
+		st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 256, VCPUs: 1}),
+		st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: now}),
+		st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: server.HashKey(admin), CreatedAt: now}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := server.DefaultConfig()
+	cfg.NodeToken, cfg.Logger, cfg.CacheTTL = "node-token", log, time.Millisecond
+	srv := httptest.NewServer(server.New(cfg, st).Handler())
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	start := func(id string) *agent.Agent {
+		acfg := agent.DefaultConfig()
+		acfg.ID, acfg.Admission, acfg.MemoryMiB, acfg.HeadroomMiB = id, berth.AdmissionCommitted, 4096, 0
+		acfg.HeartbeatInterval, acfg.MeasureInterval = 50*time.Millisecond, 50*time.Millisecond
+		acfg.ServerURL, acfg.NodeToken, acfg.Logger = srv.URL, "node-token", log
+		acfg.CredentialFile = filepath.Join(dir, id, "agent-credential")
+		a, err := agent.New(acfg, &noop.Runtime{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(runCtx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return a
+	}
+	start("a")
+	start("b")
+	cred := func(id string) string {
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			if _, err := st.Agent(ctx, id); err == nil {
+				if b, err := os.ReadFile(filepath.Join(dir, id, "agent-credential")); err == nil {
+					return strings.TrimSpace(string(b))
+				}
+			}
+			time.Sleep(20 * time.Millisecond) // real: the agent joins and heartbeats over loopback HTTP
+		}
+		t.Fatalf("agent %s never joined and heartbeated", id)
+		return ""
+	}
+	credA, _ := cred("a"), cred("b")
+
+	call := func(path, key string, body any) (int, string) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb berth.ErrorBody
+		out, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(out, &eb)
+		return resp.StatusCode, eb.Error.Code
+	}
+	fake := func(id string) berth.Heartbeat {
+		return berth.Heartbeat{AgentID: id, Address: "http://127.0.0.1:1", Status: berth.AgentActive, IntakeOpen: true,
+			MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 1_000_000, MemoryMiBAdmittable: 1_000_000, CPUTotal: 64,
+			BootID: "evil"}
+	}
+	ended := fake("b")
+	ended.Ended = []berth.EndedSandbox{{ID: "sb-of-b", State: berth.SandboxFailed, Reason: "forged"}}
+	for _, tc := range []struct {
+		what, path, key string
+		body            any
+		code            int
+		want            string
+	}{
+		{"A's credential heartbeats as B", "/v1/agents/heartbeat", credA, fake("b"), 403, berth.EForbidden},
+		{"A's credential reports B's sandbox ended", "/v1/agents/heartbeat", credA, ended, 403, berth.EForbidden},
+		{"A's credential announces a new agent", "/v1/agents/heartbeat", credA, fake("ghost"), 403, berth.EForbidden},
+		{"A's credential evacuates B", "/v1/agents/b/evacuate", credA, berth.EvacuateRequest{DeadlineInMS: 1000}, 403, berth.EForbidden},
+		{"the join token heartbeats as B", "/v1/agents/heartbeat", "node-token", fake("b"), 401, berth.EUnauthorized},
+		{"the join token evacuates B", "/v1/agents/b/evacuate", "node-token", berth.EvacuateRequest{DeadlineInMS: 1000}, 401, berth.EUnauthorized},
+		{"an unknown credential heartbeats as B", "/v1/agents/heartbeat", server.NewKeySecret(), fake("b"), 401, berth.EUnauthorized},
+	} {
+		if code, got := call(tc.path, tc.key, tc.body); code != tc.code || got != tc.want {
+			t.Errorf("%s: %d %s, want %d %s", tc.what, code, got, tc.code, tc.want)
+		}
+	}
+	if _, err := st.Agent(ctx, "ghost"); err == nil {
+		t.Errorf("agent ghost is in the store after a heartbeat with another agent's credential")
+	}
+	if b, err := st.Agent(ctx, "b"); err != nil || b.Address == "http://127.0.0.1:1" || b.MemoryMiBTotal == 1_000_000 {
+		t.Errorf("agent b after forged heartbeats: %+v, %v; want its own address and figures", b, err)
+	}
+	for i := range 4 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/sandboxes", strings.NewReader(`{"template":"python"}`))
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb berth.Sandbox
+		_ = json.NewDecoder(resp.Body).Decode(&sb)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || (sb.AgentID != "a" && sb.AgentID != "b") {
+			t.Errorf("create %d: %d on agent %q; want 201 on a or b", i, resp.StatusCode, sb.AgentID)
+		}
+	}
+
+	// Revoke A: its credential gets 401 and it cannot come back under its id.
+	if code, _ := call("/v1/agents/a/revoke", credA, nil); code != http.StatusUnauthorized {
+		t.Errorf("revoke with an agent credential: %d, want 401 (admin only)", code)
+	}
+	if code, got := call("/v1/agents/a/revoke", admin, nil); code != http.StatusOK {
+		t.Fatalf("admin revoke of a: %d %s", code, got)
+	}
+	hb := fake("a")
+	if code, got := call("/v1/agents/heartbeat", credA, hb); code != 401 || got != berth.EUnauthorized {
+		t.Errorf("heartbeat with a revoked credential: %d %s, want 401 unauthorized", code, got)
+	}
+	if code, got := call("/v1/agents/join", "node-token", map[string]string{"agent_id": "a"}); code != 403 || got != berth.EForbidden {
+		t.Errorf("rejoin of a revoked id: %d %s, want 403 forbidden", code, got)
+	}
+	// The listing shows who holds what, never a secret.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/agents/credentials", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), credA) || !strings.Contains(string(body), `"revoked_by":"admin"`) {
+		t.Errorf("GET /v1/agents/credentials: %d %s; want a's credential listed revoked by admin, no secret", resp.StatusCode, body)
+	}
+}

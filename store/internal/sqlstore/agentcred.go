@@ -1,0 +1,112 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// JoinAgent implements berth.AgentCredentialStore (TRUST-1): the new credential, and the
+// id's other live ones revoked as "rejoin", in one transaction. An id whose latest credential
+// an admin revoked is refused with berth.ErrRevoked.
+func (s *Store) JoinAgent(ctx context.Context, c berth.AgentCredential) error {
+	if c.AgentID == "" || c.Hash == "" {
+		return s.errorf("join agent: agent id and hash are required")
+	}
+	return s.inTx(ctx, func(tx *Tx) error {
+		var by string
+		err := tx.queryRow(ctx, `SELECT revoked_by FROM agent_credentials WHERE agent_id = ?
+			ORDER BY created_at DESC, hash DESC LIMIT 1`+s.d.ForUpdate, c.AgentID).Scan(&by)
+		switch {
+		case err == nil && by == "admin":
+			return fmt.Errorf("join agent %q: %w", c.AgentID, berth.ErrRevoked)
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return s.errorf("join agent %q: %w", c.AgentID, err)
+		}
+		if _, err := tx.exec(ctx, `UPDATE agent_credentials SET revoked_at = ?, revoked_by = 'rejoin'
+			WHERE agent_id = ? AND revoked_at IS NULL`, ms(c.CreatedAt), c.AgentID); err != nil {
+			return s.errorf("join agent %q: %w", c.AgentID, err)
+		}
+		if _, err := tx.exec(ctx, `INSERT INTO agent_credentials (hash, agent_id, created_at) VALUES (?, ?, ?)`,
+			c.Hash, c.AgentID, ms(c.CreatedAt)); err != nil {
+			return s.errorf("join agent %q: %w", c.AgentID, err)
+		}
+		return nil
+	})
+}
+
+// AgentCredentialByHash implements berth.AgentCredentialStore.
+func (s *Store) AgentCredentialByHash(ctx context.Context, hash string) (berth.AgentCredential, error) {
+	c, err := scanAgentCredential(s.pool().queryRow(ctx,
+		`SELECT hash, agent_id, created_at, revoked_at, revoked_by FROM agent_credentials WHERE hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return berth.AgentCredential{}, fmt.Errorf("agent credential: %w", berth.ErrNotFound)
+	}
+	if err != nil {
+		return berth.AgentCredential{}, s.errorf("agent credential: %w", err)
+	}
+	return c, nil
+}
+
+// AgentCredentials implements berth.AgentCredentialStore.
+func (s *Store) AgentCredentials(ctx context.Context) ([]berth.AgentCredential, error) {
+	rows, err := s.pool().query(ctx, `SELECT hash, agent_id, created_at, revoked_at, revoked_by
+		FROM agent_credentials ORDER BY agent_id, created_at, hash`)
+	if err != nil {
+		return nil, s.errorf("agent credentials: %w", err)
+	}
+	defer rows.Close()
+	out := []berth.AgentCredential{}
+	for rows.Next() {
+		c, err := scanAgentCredential(rows)
+		if err != nil {
+			return nil, s.errorf("agent credentials: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.errorf("agent credentials: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeAgent implements berth.AgentCredentialStore.
+func (s *Store) RevokeAgent(ctx context.Context, agentID string, now time.Time) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *Tx) error {
+		var count int
+		if err := tx.queryRow(ctx, `SELECT COUNT(*) FROM agent_credentials WHERE agent_id = ?`, agentID).Scan(&count); err != nil {
+			return s.errorf("revoke agent %q: %w", agentID, err)
+		}
+		if count == 0 {
+			return fmt.Errorf("agent %q never joined: %w", agentID, berth.ErrNotFound)
+		}
+		res, err := tx.exec(ctx, `UPDATE agent_credentials SET revoked_at = ?, revoked_by = 'admin'
+			WHERE agent_id = ? AND revoked_at IS NULL`, ms(now), agentID)
+		if err != nil {
+			return s.errorf("revoke agent %q: %w", agentID, err)
+		}
+		m, err := res.RowsAffected()
+		if err != nil {
+			return s.errorf("revoke agent %q: %w", agentID, err)
+		}
+		n = int(m)
+		return nil
+	})
+	return n, err
+}
+
+func scanAgentCredential(r scanner) (berth.AgentCredential, error) {
+	var c berth.AgentCredential
+	var created int64
+	var revoked sql.NullInt64
+	if err := r.Scan(&c.Hash, &c.AgentID, &created, &revoked, &c.RevokedBy); err != nil {
+		return c, err
+	}
+	c.CreatedAt, c.RevokedAt = fromMS(created), fromNullMS(revoked)
+	return c, nil
+}

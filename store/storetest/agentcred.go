@@ -1,0 +1,55 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/google/go-cmp/cmp"
+)
+
+// testAgentCredentials: a join stores a live credential; a re-join revokes the id's older one
+// as "rejoin"; an admin revoke ends the live one and refuses later joins for that id; other
+// ids are untouched (TRUST-1).
+func testAgentCredentials(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	_, err := s.AgentCredentialByHash(ctx, "none")
+	wantNotFound(t, "AgentCredentialByHash(unknown)", err)
+	_, err = s.RevokeAgent(ctx, "a1", T0)
+	wantNotFound(t, "RevokeAgent(never joined)", err)
+
+	a1 := berth.AgentCredential{AgentID: "a1", Hash: "h1", CreatedAt: T0}
+	a1b := berth.AgentCredential{AgentID: "a1", Hash: "h1b", CreatedAt: at(time.Second)}
+	b := berth.AgentCredential{AgentID: "b", Hash: "hb", CreatedAt: T0}
+	for _, c := range []berth.AgentCredential{a1, b, a1b} {
+		if err := s.JoinAgent(ctx, c); err != nil {
+			t.Fatalf("JoinAgent(%s): %v", c.Hash, err)
+		}
+	}
+	a1.RevokedAt, a1.RevokedBy = a1b.CreatedAt, "rejoin"
+	got, err := s.AgentCredentials(ctx)
+	if err != nil {
+		t.Fatalf("AgentCredentials: %v", err)
+	}
+	if diff := cmp.Diff([]berth.AgentCredential{a1, a1b, b}, got); diff != "" {
+		t.Errorf("AgentCredentials after a re-join (-want +got):\n%s", diff)
+	}
+	n, err := s.RevokeAgent(ctx, "a1", at(2*time.Second))
+	if err != nil || n != 1 {
+		t.Fatalf("RevokeAgent(a1) = %d, %v; want 1, nil", n, err)
+	}
+	if n, err := s.RevokeAgent(ctx, "a1", at(3*time.Second)); err != nil || n != 0 {
+		t.Errorf("RevokeAgent(a1) again = %d, %v; want 0, nil", n, err)
+	}
+	c, err := s.AgentCredentialByHash(ctx, "h1b")
+	if err != nil || c.Live() || c.RevokedBy != "admin" || !c.RevokedAt.Equal(at(2*time.Second)) {
+		t.Errorf("AgentCredentialByHash(h1b) = %+v, %v; want revoked by admin at T0+2s", c, err)
+	}
+	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "a1", Hash: "h1c", CreatedAt: at(4 * time.Second)}); !errors.Is(err, berth.ErrRevoked) {
+		t.Errorf("JoinAgent after an admin revoke: err = %v, want ErrRevoked", err)
+	}
+	if c, err := s.AgentCredentialByHash(ctx, "hb"); err != nil || !c.Live() {
+		t.Errorf("AgentCredentialByHash(hb) = %+v, %v; want b's credential live", c, err)
+	}
+}
