@@ -156,8 +156,9 @@ except MemoryError:
 	// the task that hit it (mm/memcontrol.c: a charge for a task with a fatal signal pending,
 	// or one that may not fail, is forced "temporarily"); a clean-clone CI run saw one page
 	// (268439552 for a 268435456 limit). That is the kernel's own bound, not an escape;
-	// holding more than forcedChargeSlack past the limit is.
-	const forcedChargeSlack = 1 << 20
+	// holding more than forcedChargeSlack past the limit is. The slack is one charge batch
+	// (MEMCG_CHARGE_BATCH, 64 pages of 4 KiB), the most a single forced charge adds.
+	const forcedChargeSlack = 64 * 4096
 	for _, f := range usageFiles {
 		if peak[f] > mem<<20+forcedChargeSlack {
 			escaped(t, d, "the sandbox's host memory cgroup held more than its limit", fmt.Sprintf("%s peaked at %d bytes > %d (limit %d MiB + %d bytes the kernel may force-charge)", f, peak[f], mem<<20+forcedChargeSlack, mem, forcedChargeSlack))
