@@ -52,4 +52,18 @@ func testAgentCredentials(t *testing.T, s berth.Store) {
 	if c, err := s.AgentCredentialByHash(ctx, "hb"); err != nil || !c.Live() {
 		t.Errorf("AgentCredentialByHash(hb) = %+v, %v; want b's credential live", c, err)
 	}
+	// Joins racing for one id share a created_at; an admin revoke lands on whichever rows
+	// were live, and may not be on the row a "latest" order picks (an attacker's finding):
+	// the id stays banned all the same.
+	for _, h := range []string{"tz", "ta"} {
+		if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "tie", Hash: h, CreatedAt: at(5 * time.Second)}); err != nil {
+			t.Fatalf("JoinAgent(tie, %s): %v", h, err)
+		}
+	}
+	if _, err := s.RevokeAgent(ctx, "tie", at(6*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "tie", Hash: "t2", CreatedAt: at(7 * time.Second)}); !errors.Is(err, berth.ErrRevoked) {
+		t.Errorf("JoinAgent(tie) after an admin revoke of tied rows: err = %v, want ErrRevoked", err)
+	}
 }

@@ -18,14 +18,16 @@ func (s *Store) JoinAgent(ctx context.Context, c berth.AgentCredential) error {
 		return s.errorf("join agent: agent id and hash are required")
 	}
 	return s.inTx(ctx, func(tx *Tx) error {
-		var by string
-		err := tx.queryRow(ctx, `SELECT revoked_by FROM agent_credentials WHERE agent_id = ?
-			ORDER BY created_at DESC, hash DESC LIMIT 1`+s.d.ForUpdate, c.AgentID).Scan(&by)
-		switch {
-		case err == nil && by == "admin":
-			return fmt.Errorf("join agent %q: %w", c.AgentID, berth.ErrRevoked)
-		case err != nil && !errors.Is(err, sql.ErrNoRows):
+		// An admin revoke bans the id for good, whichever of its rows it landed on: judged by
+		// any row, never by the "latest" one (concurrent joins share a created_at, and
+		// created_at is read before commit, so no order of rows is the order of events).
+		var banned int
+		if err := tx.queryRow(ctx, `SELECT COUNT(*) FROM agent_credentials
+			WHERE agent_id = ? AND revoked_by = 'admin'`, c.AgentID).Scan(&banned); err != nil {
 			return s.errorf("join agent %q: %w", c.AgentID, err)
+		}
+		if banned > 0 {
+			return fmt.Errorf("join agent %q: %w", c.AgentID, berth.ErrRevoked)
 		}
 		if _, err := tx.exec(ctx, `UPDATE agent_credentials SET revoked_at = ?, revoked_by = 'rejoin'
 			WHERE agent_id = ? AND revoked_at IS NULL`, ms(c.CreatedAt), c.AgentID); err != nil {
