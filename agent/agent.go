@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/conf"
 	"github.com/berth-dev/berth/internal/httpbound"
+	"github.com/berth-dev/berth/internal/tlsconf"
 	"github.com/berth-dev/berth/preempt"
 	"gocloud.dev/blob"
 )
@@ -119,6 +121,9 @@ type Config struct {
 	ServerURL      string
 	NodeToken      string
 	CredentialFile string
+	// ServerCAFile is the PEM file of the CA that signed an https:// ServerURL's certificate
+	// (issue 15, point 2); "" trusts the system's roots.
+	ServerCAFile string
 	// VolumeDir holds volumes, durable and pinned to this host (POOL-2, POOL-4): never under
 	// a cache directory, never removed when a sandbox ends. "" refuses volume creates.
 	VolumeDir string
@@ -156,6 +161,10 @@ type Config struct {
 	// a connection cap (zero fields: internal/httpbound's defaults). Its answers get no write
 	// deadline: only servers call it, and creates, execs and checkpoints run long.
 	Bounds httpbound.Limits
+	// TLS, when not nil, serves the internal API over TLS (internal/tlsconf.ServerConfig)
+	// and announces an https:// address; nil serves it in clear, with a warning in the log
+	// when Listen is reachable from the network (issue 15, point 2).
+	TLS *tls.Config
 
 	Version string
 	Logger  *slog.Logger
@@ -312,7 +321,7 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		kick:   make(chan struct{}, 1),
 		gate:   cfg.Pressure,
 		ln:     ln,
-		addr:   "http://" + advertised(cfg.Advertise, ln.Addr()),
+		addr:   scheme(cfg.TLS) + "://" + advertised(cfg.Advertise, ln.Addr()),
 	}
 	a.appTransport = a.newAppTransport()
 	if c, ok := rt.(Checkpointer); ok && cfg.SnapshotStore != nil {
@@ -327,12 +336,21 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	return a, nil
 }
 
+// scheme is the internal API's URL scheme: https when it serves TLS.
+func scheme(t *tls.Config) string {
+	if t != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // Run serves the internal API, measures guests and heartbeats until ctx ends, then stops
 // every sandbox it holds and returns. Sandboxes never outlive their agent's Run.
 func (a *Agent) Run(ctx context.Context) error {
 	srv, ln := a.cfg.Bounds.Serve(a.ln, a.Handler(), func(*http.Request) bool { return true })
+	tlsconf.WarnPlaintext(a.log, a.cfg.TLS, a.ln.Addr(), "the agent's internal API")
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- tlsconf.Serve(srv, ln, a.cfg.TLS, a.log) }()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); a.measureLoop(ctx) }()

@@ -24,11 +24,11 @@ func (a *Agent) serverClient(ctx context.Context) (*client.Client, error) {
 	}
 	if f := a.cfg.CredentialFile; f != "" {
 		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			a.cred = client.New(a.cfg.ServerURL, strings.TrimSpace(string(b)))
+			a.cred = a.clientWithKey(strings.TrimSpace(string(b)))
 			return a.cred, nil
 		}
 	}
-	secret, err := client.New(a.cfg.ServerURL, a.cfg.NodeToken).JoinAgent(ctx, a.cfg.ID)
+	secret, err := a.clientWithKey(a.cfg.NodeToken).JoinAgent(ctx, a.cfg.ID)
 	if err != nil {
 		return nil, fmt.Errorf("join as %q: %w", a.cfg.ID, err)
 	}
@@ -41,8 +41,18 @@ func (a *Agent) serverClient(ctx context.Context) (*client.Client, error) {
 		}
 	}
 	a.log.Info("joined the fleet", "credential_file", a.cfg.CredentialFile)
-	a.cred = client.New(a.cfg.ServerURL, secret)
+	a.cred = a.clientWithKey(secret)
 	return a.cred, nil
+}
+
+// clientWithKey returns a client of the server that presents key and trusts
+// Config.ServerCAFile.
+func (a *Agent) clientWithKey(key string) *client.Client {
+	var opts []client.Option
+	if a.cfg.ServerCAFile != "" {
+		opts = append(opts, client.WithCAFile(a.cfg.ServerCAFile))
+	}
+	return client.New(a.cfg.ServerURL, key, opts...)
 }
 
 // credentialRefused forgets the credential after the server answered 401 with it (revoked,

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/tlsconf"
 )
 
 // Defaults of the retry policy (SDK-1).
@@ -65,6 +68,10 @@ type Client struct {
 	rand      func() float64
 	userAgent string
 	onRetry   func(Retry)
+	caFile    string
+	// setupErr is an option that could not be applied (WithCAFile's file): every call
+	// returns it without sending anything.
+	setupErr error
 }
 
 // Retry describes a retry the client is about to wait for: the attempt that was refused
@@ -109,7 +116,50 @@ func New(baseURL, key string, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.caFile != "" {
+		c.setupErr = c.trustCA()
+	}
 	return c
+}
+
+// WithCAFile makes the client trust only the CA certificates in the PEM file at path when it
+// verifies an https:// server (a private CA, such as the one `berth server --tls-cert` was
+// issued by), instead of the system's roots (issue 15, point 2). It applies to the
+// http.Client's Transport when that is an *http.Transport (the default is); the file is read
+// once, by New. When the file cannot be read or holds no certificate, or the Transport is
+// another RoundTripper, every call returns a *berth.Error with code invalid_request naming
+// the problem, and nothing is sent: a key never leaves under a trust the caller did not ask
+// for.
+func WithCAFile(path string) Option {
+	return func(c *Client) { c.caFile = path }
+}
+
+// trustCA installs WithCAFile's pool in a copy of the client's transport, keeping any other
+// TLS setting the caller gave it.
+func (c *Client) trustCA() error {
+	pool, err := tlsconf.CAPool(c.caFile)
+	if err != nil {
+		return berth.Wrap(berth.EInvalidRequest, err, "client CA")
+	}
+	t := c.http.Transport
+	if t == nil {
+		t = http.DefaultTransport
+	}
+	ht, ok := t.(*http.Transport)
+	if !ok {
+		return berth.Errorf(berth.EInvalidRequest, "client CA %s: the http.Client's Transport is a %T, not an *http.Transport: set its TLS configuration there", c.caFile, t)
+	}
+	ht = ht.Clone()
+	cfg := &tls.Config{MinVersion: tlsconf.MinVersion}
+	if ht.TLSClientConfig != nil {
+		cfg = ht.TLSClientConfig.Clone()
+	}
+	cfg.RootCAs = pool
+	ht.TLSClientConfig = cfg
+	h := *c.http
+	h.Transport = ht
+	c.http = &h
+	return nil
 }
 
 // WithHTTPClient sets the http.Client used for every request (nil keeps
@@ -187,9 +237,13 @@ func WithUserAgent(ua string) Option {
 // maxErrorBody bounds how much of a non-2xx body is read (a proxy's page can be large).
 const maxErrorBody = 1 << 20
 
+// plaintextToTLS is what net/http's TLS server answers (400) to a request sent in clear.
+const plaintextToTLS = "Client sent an HTTP request to an HTTPS server"
+
 // decodeError turns a non-2xx answer into a *berth.Error (API-2). A body that is not a
 // berth.ErrorBody (a proxy's HTML page, say) yields code "unavailable" for 502/503/504 and
-// "internal" otherwise, with the status in the message. RetryAfter comes from the body's
+// "internal" otherwise, with the status in the message; net/http's answer to a plaintext
+// request at a TLS port is invalid_request saying to use https://. RetryAfter comes from the body's
 // retry_after_s, or else from the Retry-After header read against now.
 func decodeError(status int, h http.Header, body []byte, now time.Time) *berth.Error {
 	var eb berth.ErrorBody
@@ -201,6 +255,9 @@ func decodeError(status int, h http.Header, body []byte, now time.Time) *berth.E
 			e.RetryAfter = d
 		}
 		return e
+	}
+	if status == http.StatusBadRequest && bytes.Contains(body, []byte(plaintextToTLS)) {
+		return berth.Errorf(berth.EInvalidRequest, "the server speaks HTTPS and this request went in clear: use an https:// URL")
 	}
 	code := berth.EInternal
 	if retryableStatus(status) {

@@ -62,6 +62,9 @@ func newIdempotencyKey() string {
 // a *TransportError for a request that got no answer and is not retried; ctx.Err()
 // (wrapped) when ctx ends.
 func (c *Client) do(ctx context.Context, r request) (response, error) {
+	if c.setupErr != nil {
+		return response{}, c.setupErr
+	}
 	start := c.clock.Now()
 	deadline := start.Add(c.deadline)
 	ctxDeadline, hasCtxDeadline := ctx.Deadline()

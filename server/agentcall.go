@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,8 +31,9 @@ type agentCaller struct {
 // is unreachable, whatever the call's own deadline.
 const agentDialTimeout = 10 * time.Second
 
-func newAgentCaller(token string, timeout time.Duration) *agentCaller {
+func newAgentCaller(token string, timeout time.Duration, tlsCfg *tls.Config) *agentCaller {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tlsCfg
 	t.Proxy = nil // agents are reached directly, never through a proxy from the environment
 	t.DialContext = (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = agentDialTimeout

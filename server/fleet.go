@@ -151,6 +151,10 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.checkAgentAddress(hb.Address); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	// TRUST-1: only the credential bound to hb.AgentID may announce it or report its ended
 	// sandboxes; another agent's credential is 403, a revoked or unknown one 401.
 	if err := sameAgent(cred, hb.AgentID); err != nil {
@@ -203,6 +207,21 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 			}
 		}
 	}()
+}
+
+// checkAgentAddress refuses an address this replica cannot or must not dial (400
+// invalid_request): anything but an http:// or https:// base URL with a host, and http://
+// while Config.RequireAgentTLS (issue 15, point 2: the server's calls carry the node token
+// and tenants' files).
+func (s *Server) checkAgentAddress(addr string) error {
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return berth.Errorf(berth.EInvalidRequest, "address %q must be the agent's base URL, http://HOST:PORT or https://HOST:PORT", addr)
+	}
+	if s.cfg.RequireAgentTLS && u.Scheme != "https" {
+		return berth.Errorf(berth.EInvalidRequest, "this server calls agents over TLS only, and the address %s is http://: start the agent with --tls-cert and --tls-key", addr)
+	}
+	return nil
 }
 
 func validateHeartbeat(hb berth.Heartbeat) error {

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -113,6 +114,13 @@ type Config struct {
 	// (issue 15). DefaultConfig: 100/s, bursts of 200. The admin key and node token are exempt.
 	TenantRate  float64
 	TenantBurst int
+	// AgentTLS is the TLS configuration of calls to agents whose address is https:// (issue
+	// 15, point 2): its RootCAs is the CA that signed the agents' certificates (nil: the
+	// system's roots). RequireAgentTLS refuses heartbeats announcing an http:// address
+	// (400 invalid_request), so the node token and tenants' files never cross the network in
+	// clear; `berth server` sets it when it serves TLS itself.
+	AgentTLS        *tls.Config
+	RequireAgentTLS bool
 }
 
 // DefaultConfig returns every knob at its documented default.
@@ -197,7 +205,7 @@ func New(cfg Config, st berth.Store) *Server {
 		})
 	}
 	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
-	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout)
+	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout, cfg.AgentTLS)
 	return &Server{
 		cfg:          cfg,
 		store:        st,
@@ -212,15 +220,17 @@ func New(cfg Config, st berth.Store) *Server {
 		log:          cfg.Logger,
 		appKick:      make(chan struct{}, 1),
 		appWatchers:  map[string]chan struct{}{},
-		appTransport: newAppTransport(cfg.AppHeaderTimeout),
+		appTransport: newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS),
 	}
 }
 
 // newAppTransport carries app requests to agents, keeping connections to each agent warm;
-// headerTimeout bounds the wait for an app's response headers (AppHeaderTimeout).
-func newAppTransport(headerTimeout time.Duration) *http.Transport {
+// headerTimeout bounds the wait for an app's response headers (AppHeaderTimeout); agentTLS
+// is Config.AgentTLS.
+func newAppTransport(headerTimeout time.Duration, agentTLS *tls.Config) *http.Transport {
 	return &http.Transport{
-		Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		TLSClientConfig: agentTLS,
+		Proxy:           nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 		// C28: a host that never accepts, or accepts and never answers, does not hold
 		// the request (and a connection) until the client gives up.
 		DialContext:           (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext,

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/internal/tlsconf"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/sqlite"
 	"github.com/spf13/cobra"
@@ -255,7 +256,8 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	var bounded net.Listener
 	s.httpSrv, bounded = cfg.Bounds.Limits.Serve(ln, srv.Handler(), srv.LongLived)
 	s.wg.Add(2)
-	go func() { defer s.wg.Done(); _ = s.httpSrv.Serve(bounded) }()
+	tlsconf.WarnPlaintext(cfg.Logger, nil, ln.Addr(), "the API")
+	go func() { defer s.wg.Done(); _ = tlsconf.Serve(s.httpSrv, bounded, nil, cfg.Logger) }()
 	go func() { defer s.wg.Done(); _ = srv.Run(ctx) }()
 
 	for i, rt := range rts {

@@ -26,8 +26,9 @@ const (
 
 // exitCodeHelp is the rule as `berth --help` states it.
 const exitCodeHelp = `Exit codes: 0 success; ` + "`sandbox exec`" + ` exits with the command's own code (1-255);
-2 invalid request (a wrong command, flag or argument, a bad --url, no API key, or the
-server's 400/404/413: invalid_request, *_not_found, request_too_large); 3 refused or
+2 invalid request (a wrong command, flag or argument, a bad --url, no API key, a server
+certificate --ca does not vouch for, or the server's 400/404/413: invalid_request,
+*_not_found, request_too_large); 3 refused or
 unreachable (a 503 the server asks to retry, capacity still unavailable after --wait, or no
 answer from the server: connection refused, DNS, timeout); 1 anything else (401, 403, 409,
 500, an app's 502, local I/O errors). The CLI's own messages are the stderr lines that

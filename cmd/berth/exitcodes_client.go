@@ -6,6 +6,7 @@ package main
 // Retry-After (exit 3; exitCode has the rule).
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,14 +21,17 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/tlsconf"
 )
 
 // clientFlags are the flags every command that talks to a server shares (README: --url or
 // BERTH_URL, --key or BERTH_KEY or --key-file, --wait).
 type clientFlags struct {
 	url, key, keyFile string
-	wait              time.Duration
-	stderr            io.Writer
+	// ca is --ca (or BERTH_CA): the CA an https:// server's certificate is checked against.
+	ca     string
+	wait   time.Duration
+	stderr io.Writer
 	// changed reports whether a flag was given on the command line (set before RunE).
 	changed func(name string) bool
 	// keySource says where the key came from, for a 401's message: "--key", "BERTH_KEY" or
@@ -74,6 +78,12 @@ func (f *clientFlags) client() (*client.Client, error) {
 	}
 	opts := append([]client.Option{client.WithRetryNotify(notify), client.WithDeadline(wait),
 		client.WithHTTPClient(cliHTTP)}, f.opts...)
+	if f.ca != "" {
+		if _, err := tlsconf.CAPool(f.ca); err != nil {
+			return nil, badInput("--ca: %v", err)
+		}
+		opts = append(opts, client.WithCAFile(f.ca))
+	}
 	return client.New(base, key, opts...), nil
 }
 
@@ -143,11 +153,16 @@ func (f *clientFlags) resolveKey() (string, error) {
 func (f *clientFlags) explain(err error) error {
 	var cu *client.CapacityUnavailable
 	var te *client.TransportError
+	var untrusted *tls.CertificateVerificationError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &cu):
 		return &explained{msg: capacityMessage(cu, f.wait), err: err}
+	case errors.As(err, &te) && errors.As(te.Err, &untrusted):
+		// Exit 2: the same command fails the same way until --ca or --url changes.
+		return &usageError{err: &explained{msg: fmt.Sprintf("the Berth server at %s presents a certificate this CLI does not trust (%s): "+
+			"give --ca FILE (or BERTH_CA) naming the CA that signed it, and a --url whose host the certificate names", te.Server, te.Reason()), err: err}}
 	case errors.As(err, &te):
 		if client.IsUnreachable(te) {
 			return &explained{msg: fmt.Sprintf("cannot reach the Berth server at %s (%s)", te.Server, te.Reason()), err: err}

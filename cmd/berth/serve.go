@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/internal/httpbound"
+	"github.com/berth-dev/berth/internal/tlsconf"
 	"github.com/berth-dev/berth/preempt"
 	"github.com/berth-dev/berth/server"
 	"github.com/berth-dev/berth/store/postgres"
@@ -30,6 +31,8 @@ func newServerCmd() *cobra.Command {
 	bounds := defaultServerBounds()
 	listen, data, storeSpec, snapshotURL := "127.0.0.1:7070", defaultDataDir(), "", ""
 	retention := defaultRetention
+	var tf tlsFlags
+	agentCA := ""
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API and scheduler (one replica)",
@@ -50,6 +53,14 @@ func newServerCmd() *cobra.Command {
 			if err := cfg.Validate(); err != nil { // C31: before anything is written
 				return err
 			}
+			tlsCfg, err := tf.config(cfg.Logger)
+			if err != nil {
+				return err
+			}
+			if cfg.AgentTLS, err = agentTLS(agentCA); err != nil {
+				return err
+			}
+			cfg.RequireAgentTLS = tlsCfg != nil
 			ctx := cmd.Context()
 			// The address first: a replica that cannot serve writes nothing (no admin.key,
 			// no berth.db) that a CLI would then send to whatever holds the port.
@@ -89,8 +100,9 @@ func newServerCmd() *cobra.Command {
 				defer cancel()
 				_ = hs.Shutdown(shut)
 			}()
-			fmt.Fprintf(cmd.OutOrStdout(), "Berth server at http://%s (admin key %s)\n", ln.Addr(), keyAt)
-			if err := hs.Serve(bln); !errors.Is(err, http.ErrServerClosed) {
+			tlsconf.WarnPlaintext(cfg.Logger, tlsCfg, ln.Addr(), "the API")
+			fmt.Fprintf(cmd.OutOrStdout(), "Berth server at %s://%s (admin key %s)\n", map[bool]string{false: "http", true: "https"}[tlsCfg != nil], ln.Addr(), keyAt)
+			if err := tlsconf.Serve(hs, bln, tlsCfg, cfg.Logger); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
@@ -113,6 +125,8 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&snapshotURL, "snapshot-store", "", "the agents' snapshot store (the same URL as theirs): paused sandboxes' images are removed from it when they are deleted or resumed (PAUSE-1)")
 	registerRetention(f, &retention)
 	bounds.register(f)
+	tf.register(f, "the API")
+	f.StringVar(&agentCA, "agent-ca", "", "PEM file of the CA that signed the agents' --tls-cert certificates (default: the system's roots). With --tls-cert this server calls agents over TLS only")
 	return cmd
 }
 
@@ -168,8 +182,9 @@ func openStore(ctx context.Context, spec, data string) (berth.Store, error) {
 
 // newAgentCmd is `berth agent`: one host agent with the gVisor runtime where runsc is
 // installed, else the process runtime (ISO-4).
-func newAgentCmd() *cobra.Command {
+func newAgentCmd(cf *clientFlags) *cobra.Command {
 	cfg := agent.DefaultConfig()
+	var tf tlsFlags
 	dir, rtf := filepath.Join(defaultDataDir(), "agent"), defaultRuntimeFlags()
 	notices, metadataURL, snapshotURL := "none", "", ""
 	cmd := &cobra.Command{
@@ -181,6 +196,15 @@ func newAgentCmd() *cobra.Command {
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" || cfg.ServerURL == "" {
 				return berth.Errorf(berth.EInvalidRequest, "set --server and BERTH_NODE_TOKEN")
+			}
+			var err error
+			if cfg.TLS, err = tf.config(cfg.Logger); err != nil {
+				return err
+			}
+			if cfg.ServerCAFile = cf.ca; cf.ca != "" {
+				if _, err := tlsconf.CAPool(cf.ca); err != nil {
+					return berth.Wrap(berth.EInvalidRequest, err, "--ca")
+				}
 			}
 			// Multi-host checks and defaults (README "Many replicas on PostgreSQL"), before
 			// anything starts: the servers must be able to dial us, and --dir is ours alone.
@@ -249,6 +273,7 @@ func newAgentCmd() *cobra.Command {
 	cfg.VolumeDir = filepath.Join(defaultDataDir(), "volumes")
 	f.StringVar(&cfg.VolumeDir, "volume-dir", cfg.VolumeDir, "directory for durable volumes (POOL-4: not under --dir or any cache)")
 	rtf.register(f)
+	tf.register(f, "the internal API (the servers' calls)")
 	f.StringVar(&snapshotURL, "snapshot-store", "", "where checkpoint images go, shared by every agent that may resume another's sandbox (file:///dir; none: no pause, resume or snapshot moves here)")
 	f.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "scratch directory for images on their way (a cache, POOL-4; default under the system temp dir)")
 	f.StringVar(&notices, "notices", notices, "preemption notices to watch: none, auto (probe the metadata services briefly), gcp, aws or azure (SPOT-1)")

@@ -16,6 +16,7 @@ package httpbound
 
 import (
 	"container/list"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -210,8 +211,11 @@ func (c *connLimiter) removeIdleLocked(lc *limitedConn) {
 }
 
 // state is the server's ConnState hook: new and idle connections may be evicted, active and
-// hijacked ones may not.
+// hijacked ones may not. Over TLS the server reports the *tls.Conn around the accepted one.
 func (c *connLimiter) state(conn net.Conn, s http.ConnState) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
 	lc, ok := conn.(*limitedConn)
 	if !ok {
 		return

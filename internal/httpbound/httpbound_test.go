@@ -7,10 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/tlsconf"
+	"github.com/berth-dev/berth/internal/tlstest"
 )
 
 // serve starts h on 127.0.0.1:0 under l and returns its address and the listener it serves.
@@ -172,5 +176,55 @@ func TestLongAnswerIsNotCut(t *testing.T) {
 	}
 	if n != 6 {
 		t.Fatalf("streamed answer cut after %d of 6 lines", n)
+	}
+}
+
+// TestCapEvictsIdleTLSConns: over TLS the server reports each connection as the *tls.Conn
+// around the one the cap accepted; idle TLS connections must still count as idle, so a
+// listener full of them makes room for a new request instead of waiting for ever.
+func TestCapEvictsIdleTLSConns(t *testing.T) {
+	const capConns = 4
+	ca := tlstest.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "s.pem"), filepath.Join(dir, "s.key")
+	ca.Issue(t, certFile, keyFile, "server", "127.0.0.1")
+	cert, err := tlsconf.LoadCertificate(certFile, keyFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := DefaultLimits()
+	l.MaxConns = capConns
+	srv, bln := l.Serve(ln, healthz(), nil)
+	go func() { _ = tlsconf.Serve(srv, bln, tlsconf.ServerConfig(cert), nil) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	cfg, err := tlsconf.ClientConfig(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(c *http.Client) error {
+		resp, err := c.Get("https://" + ln.Addr().String() + "/healthz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	// capConns clients, each leaving its connection idle (keep-alive) after one request.
+	for i := range capConns {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		t.Cleanup(c.CloseIdleConnections)
+		if err := get(c); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	t.Cleanup(c.CloseIdleConnections)
+	if err := get(c); err != nil {
+		t.Fatalf("a new client with %d idle TLS connections at the cap: %v (idle TLS connections are not evicted)", capConns, err)
 	}
 }
