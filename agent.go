@@ -99,6 +99,36 @@ type Heartbeat struct {
 	// resume or a moved guest, and only their guests are snapshot-moved under a notice.
 	Runtime    string `json:"runtime,omitempty"`
 	Checkpoint bool   `json:"checkpoint,omitempty"`
+	// Delta marks a heartbeat whose Sandboxes lists only the sandboxes added or changed since
+	// the heartbeat of this boot numbered BaseSeq, which the server acknowledged
+	// (HeartbeatAck), and whose Removed lists the ids held then and not now (issue 16, goal 2).
+	// Every other field is whole. The server applies a delta only onto exactly that base;
+	// otherwise it applies nothing but Ended and answers Resync. A heartbeat without Delta
+	// (every agent of the previous release) lists everything held, as before.
+	Delta   bool     `json:"delta,omitempty"`
+	BaseSeq int64    `json:"base_seq,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+}
+
+// HeartbeatAck is the answer to POST /v1/agents/heartbeat (200; issue 16, goal 2). Seq is the
+// heartbeat the server applied, whose held list it now keeps: the agent may send its next
+// heartbeat as a delta with BaseSeq = Seq. Seq is 0 and Resync true when the server did not
+// apply the figures (a delta whose base it does not hold, or a heartbeat overtaken by a newer
+// one; hb.Ended is applied either way): the agent must send its whole list next.
+type HeartbeatAck struct {
+	Seq    int64 `json:"seq"`
+	Resync bool  `json:"resync,omitempty"`
+}
+
+// HeartbeatResult is what a store did with one heartbeat (AgentStore.RecordHeartbeat).
+// Applied is false, and Resync true, when it applied only hb.Ended (hb overtaken, or a delta
+// onto another base). Agent is the stored agent after the write, without its
+// held list (Sandboxes is empty: read Agent for it). Netted counts reservations released (LED-4).
+type HeartbeatResult struct {
+	Applied bool
+	Resync  bool
+	Netted  int
+	Agent   Agent
 }
 
 // Overtaken reports whether h is older than the heartbeat a store already applied for its
@@ -214,4 +244,20 @@ func NewOOMKills(before, now []HeldSandbox) map[string]int64 {
 		}
 	}
 	return grew
+}
+
+// CheckAgentID refuses an agent id that is not 1–128 bytes of ASCII letters, digits and
+// '.', '-', '_', ':' (a host name fits; control characters, separators and '/' do not, so an
+// id is one unambiguous field in call tokens, paths and logs: issue 15). The error is
+// invalid_request.
+func CheckAgentID(id string) error {
+	ok := id != "" && len(id) <= 128
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' || c == ':'
+	}
+	if !ok {
+		return Errorf(EInvalidRequest, "agent_id %q must be 1–128 characters of letters, digits, '.', '-', '_' and ':'", id)
+	}
+	return nil
 }

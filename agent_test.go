@@ -1,6 +1,7 @@
 package berth
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,5 +32,20 @@ func TestQuarantinePolicy(t *testing.T) {
 	}
 	if c := (QuarantinePolicy{}).Apply(100, time.Time{}, true, now); !c.Until.IsZero() || c.To != "" {
 		t.Errorf("a zero policy never quarantines: %+v", c)
+	}
+}
+
+// TestCheckAgentID: host names and the default "<host>-<hex>" ids pass; control characters,
+// separators, paths, spaces and over-long ids are invalid_request (issue 15).
+func TestCheckAgentID(t *testing.T) {
+	for _, ok := range []string{"a1", "host-1", "ip-10-0-0-5.ec2.internal-1a2b3c4d", "bench_sim:01", strings.Repeat("x", 128)} {
+		if err := CheckAgentID(ok); err != nil {
+			t.Errorf("CheckAgentID(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a\x00b", "../../x", "a b", "a\nb", "ä", "a/b", strings.Repeat("x", 129)} {
+		if err := CheckAgentID(bad); ErrorCode(err) != EInvalidRequest {
+			t.Errorf("CheckAgentID(%q) = %v, want invalid_request", bad, err)
+		}
 	}
 }

@@ -26,6 +26,12 @@ type AgentStore interface {
 	// transitions, and writes an event for every agent or sandbox transition (LIF-3). It
 	// returns the number of reservations netted.
 	ApplyHeartbeat(ctx context.Context, hb Heartbeat, now time.Time) (netted int, err error)
+	// RecordHeartbeat is ApplyHeartbeat for heartbeats that may be deltas (issue 16, goal 2):
+	// a delta (hb.Delta) is applied onto the held list of the same boot's heartbeat
+	// hb.BaseSeq, which the store keeps per sandbox, and refused (Resync, only hb.Ended
+	// applied) when the store holds any other base. It costs what the heartbeat lists, not
+	// what the agent holds.
+	RecordHeartbeat(ctx context.Context, hb Heartbeat, now time.Time) (HeartbeatResult, error)
 	// Agents returns every known agent.
 	Agents(ctx context.Context) ([]Agent, error)
 	// Agent returns one agent or an error wrapping ErrNotFound.
@@ -117,6 +123,10 @@ type Ledger interface {
 	// agent admittable − Σ unexpired reservations on the agent ≥ r.MiB. It reports whether r
 	// was taken. A zero-MiB reservation always fits a known agent.
 	Reserve(ctx context.Context, r Reservation, now time.Time) (bool, error)
+	// ReserveAndCreate is Reserve, then CreateSandbox(sb), in one transaction (issue 16, goal
+	// 1): both are written or neither. It reports false, writing nothing, when r does not
+	// fit; CreateSandbox's errors (ErrIdempotencyConflict, ErrOverQuota) write nothing either.
+	ReserveAndCreate(ctx context.Context, r Reservation, sb Sandbox, actor string, now time.Time) (bool, error)
 	// Release deletes reservation id; it is idempotent and reports whether a row went.
 	Release(ctx context.Context, id string) (bool, error)
 	// Renew keeps reservation id alive while its create is in flight (LED-2, C31): it moves

@@ -1,6 +1,11 @@
 package berth
 
-import "time"
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
 
 // HTTP headers of the v1 contract.
 const (
@@ -12,8 +17,12 @@ const (
 	// HeaderAttempt numbers a create's attempts from 1, so the server counts time to
 	// success only for creates that were refused first (MET-4).
 	HeaderAttempt = "Berth-Attempt"
-	// HeaderNodeToken authenticates the server to an agent's internal API (AGT-5).
+	// HeaderNodeToken authenticated the server to an agent's internal API with the node token
+	// itself (AGT-5), before HeaderAgentCall; agents still accept it from older servers.
 	HeaderNodeToken = "X-Node-Token"
+	// HeaderAgentCall authenticates the server to one agent's internal API (AGT-5, issue 15):
+	// AgentCallToken of the node token and that agent's address.
+	HeaderAgentCall = "X-Berth-Agent-Call"
 	// HeaderRequestID echoes the request id that also appears in error bodies and logs.
 	HeaderRequestID = "X-Request-Id"
 )
@@ -100,3 +109,17 @@ type ServiceStatus struct {
 
 // ServiceOutputTail is how many trailing bytes of a service's output are kept, bytes.
 const ServiceOutputTail = 4096
+
+// AgentCallToken is what the servers present, in HeaderAgentCall, to agent agentID whose
+// internal API is at address (its announced base URL, "https://host:port"): the hex
+// HMAC-SHA256 of the id and the address, keyed by the node token (64 hex digits). The agent
+// checks it against its own id and address. A server sends it instead of the node token, so
+// whoever makes a replica call an address of their choosing (an agent credential can
+// announce any address) learns a token good for that id at that address only — never the
+// fleet's join token — and an agent announcing another agent's address gets no call
+// through: the token names the announcer's id (issue 15, docs/DECISIONS.md "Trust model").
+func AgentCallToken(nodeToken, agentID, address string) string {
+	m := hmac.New(sha256.New, []byte(nodeToken))
+	m.Write([]byte("berth agent call\x00" + agentID + "\x00" + address))
+	return hex.EncodeToString(m.Sum(nil))
+}

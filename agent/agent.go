@@ -104,6 +104,12 @@ type Config struct {
 	// below the budget, which would leave nothing to admit.
 	MemoryMiB   int64
 	HeadroomMiB int64
+	// WarmPool lists the templates this agent keeps warm guests of, started ahead of demand
+	// and handed to matching creates (issue 16, goal 5; empty, the default: no pool). The
+	// pool is charged like any guest but left out of the published admittable: a create
+	// that needs its room stops warm guests first. New refuses (invalid_request) a template
+	// named twice, a non-positive memory size or a size outside 0..64.
+	WarmPool []WarmPoolEntry
 	// HeartbeatInterval is the heartbeat period (AGT-1, default 10 s).
 	HeartbeatInterval time.Duration
 	// MeasureInterval is how often guests are measured and TTLs checked (default 1 s).
@@ -241,6 +247,7 @@ type Agent struct {
 	lastCPUBusy, lastCPUTotal uint64
 	kick                      chan struct{} // asks the heartbeat loop to send now
 	heartbeatSeq              int64         // the Seq of this boot's latest heartbeat (C32)
+	hbBase                    heartbeatBase // what the server acknowledged holding: deltas go against it (issue 16, goal 2)
 
 	ln   net.Listener
 	addr string
@@ -251,6 +258,8 @@ type Agent struct {
 
 	ckpt Checkpointer // nil when the runtime cannot checkpoint or there is no snapshot store
 	info RuntimeInfo
+
+	warm warmState // the warm pool (warmpool.go); a.mu guards it
 }
 
 // New validates cfg, opens the internal API listener and returns an agent ready to Run.
@@ -300,6 +309,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		return nil, berth.Errorf(berth.EInvalidRequest, "agent: headroom %d MiB leaves nothing of the memory budget of %d MiB to admit "+
 			"(want 0 <= headroom < budget: lower --headroom-mb or raise the budget)", cfg.HeadroomMiB, cfg.MemoryMiB)
 	}
+	if err := validWarmPool(cfg.WarmPool); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -313,7 +325,7 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg:    cfg,
-		rt:     rt,
+		warm:   newWarmState(),
 		log:    cfg.Logger.With("agent", cfg.ID),
 		bootID: randomID(),
 		starts: make(chan struct{}, cfg.MaxStarts),
@@ -323,9 +335,12 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		ln:     ln,
 		addr:   scheme(cfg.TLS) + "://" + advertised(cfg.Advertise, ln.Addr()),
 	}
+	// Every call by sandbox id goes through the aliases: a sandbox handed out of the warm
+	// pool runs as the warm guest's runtime id.
+	a.rt = aliasRuntime{Runtime: rt, ids: a.warm.ids}
 	a.appTransport = a.newAppTransport()
 	if c, ok := rt.(Checkpointer); ok && cfg.SnapshotStore != nil {
-		a.ckpt = c
+		a.ckpt = aliasCheckpointer{Checkpointer: c, ids: a.warm.ids}
 		if a.cfg.SnapshotDir == "" {
 			a.cfg.SnapshotDir = filepath.Join(os.TempDir(), "berth-snapshots-"+a.bootID)
 		}
@@ -352,9 +367,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- tlsconf.Serve(srv, ln, a.cfg.TLS, a.log) }()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); a.measureLoop(ctx) }()
 	go func() { defer wg.Done(); a.heartbeatLoop(ctx) }()
+	go func() { defer wg.Done(); a.warmLoop(ctx) }()
 	if a.cfg.Notices != nil {
 		notices := make(chan preempt.Notice, 16)
 		wg.Add(2)
@@ -373,7 +389,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent up", "address", a.addr, "admission", a.cfg.Admission,
 		"memory_mb", a.cfg.MemoryMiB, "headroom_mb", a.cfg.HeadroomMiB, "runtime", a.info.Name,
-		"platform", a.info.Platform, "isolated", a.info.Isolated, "checkpoint", a.ckpt != nil)
+		"platform", a.info.Platform, "isolated", a.info.Isolated, "checkpoint", a.ckpt != nil,
+		"warm_pool", warmString(a.cfg.WarmPool))
 	var err error
 	select {
 	case <-ctx.Done():
@@ -388,6 +405,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	_ = srv.Shutdown(shut)
 	a.appTransport.CloseIdleConnections()
 	wg.Wait()
+	a.mu.Lock()
+	warm := a.releaseWarmLocked()
+	a.mu.Unlock()
+	a.stopWarm(shut, warm, "agent shutting down")
 	a.stopAll(shut)
 	// The last word: the sandboxes it stopped are stopped, not left running in the store
 	// for the next boot to call lost.

@@ -117,11 +117,13 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 	return res, nil
 }
 
-// forget drops guest g from the books if it is still the record of id.
+// forget drops guest g from the books if it is still the record of id, and the runtime id
+// a warm guest served it as (its runtime stopped it already).
 func (a *Agent) forget(id string, g *guest) {
 	a.mu.Lock()
 	if a.guests[id] == g {
 		delete(a.guests, id)
+		a.warm.ids.drop(id)
 	}
 	a.mu.Unlock()
 }

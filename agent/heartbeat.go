@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -76,20 +77,35 @@ func (a *Agent) sendHeartbeat(ctx context.Context) {
 	if a.cfg.ServerURL == "" {
 		return
 	}
-	hb := a.Heartbeat(time.Now())
+	// A delta the server cannot place on its base is answered resync: send the whole list
+	// at once rather than an interval later (one more POST at most).
+	for range 2 {
+		if !a.sendHeartbeatOnce(ctx) {
+			return
+		}
+	}
+}
+
+// sendHeartbeatOnce posts one heartbeat, a delta when the server acknowledged a base (issue 16,
+// goal 2), and reports whether the server asked for the whole list.
+func (a *Agent) sendHeartbeatOnce(ctx context.Context) (resync bool) {
+	full := a.Heartbeat(time.Now())
+	hb := a.hbBase.next(full)
 	cctx, cancel := context.WithTimeout(ctx, max(a.cfg.HeartbeatInterval, time.Second))
 	defer cancel()
 	c, err := a.serverClient(cctx)
+	var ack berth.HeartbeatAck
 	if err == nil {
-		if err = c.Heartbeat(cctx, hb); err != nil {
+		if ack, err = c.HeartbeatAck(cctx, hb); err != nil {
 			a.credentialRefused(err)
 		}
 	}
+	a.hbBase.acked(full, hb, ack, err)
 	if err != nil {
 		if ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
-		return
+		return false
 	}
 	// The server recorded these transitions; forget exactly the ones it saw.
 	if len(hb.Ended) > 0 {
@@ -97,6 +113,85 @@ func (a *Agent) sendHeartbeat(ctx context.Context) {
 		a.ended = a.ended[min(len(hb.Ended), len(a.ended)):]
 		a.mu.Unlock()
 	}
+	return ack.Resync
+}
+
+// residentSlackMiB is the smallest change of a sandbox's measured working set a delta
+// heartbeat reports (issue 16, goal 2): a change is sent once it reaches
+// max(residentSlackMiB, 1/16 of the value the server holds). The host's totals (used,
+// committed, admittable) are exact on every heartbeat; only the per-sandbox figure, which
+// operators read and no decision uses, may lag by less than this.
+const residentSlackMiB = 16
+
+// heartbeatBase is the held list the server acknowledged holding, as of heartbeat seq of this
+// boot (issue 16, goal 2). While it is valid, heartbeats are deltas against it; an error, an
+// answer without an acknowledgment (a server of the previous release answers 204) or a
+// resync makes it invalid, and the next heartbeat lists everything.
+type heartbeatBase struct {
+	mu   sync.Mutex
+	seq  int64                        // 0: no base, send the whole list
+	held map[string]berth.HeldSandbox // what the server holds as of seq
+}
+
+// next returns full as a delta against the base when there is one, else full itself.
+func (b *heartbeatBase) next(full berth.Heartbeat) berth.Heartbeat {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seq == 0 || full.Seq <= b.seq {
+		return full
+	}
+	hb := full
+	hb.Delta, hb.BaseSeq, hb.Sandboxes, hb.Removed = true, b.seq, []berth.HeldSandbox{}, nil
+	now := make(map[string]bool, len(full.Sandboxes))
+	for _, h := range full.Sandboxes {
+		now[h.ID] = true
+		if old, ok := b.held[h.ID]; !ok || changed(old, h) {
+			hb.Sandboxes = append(hb.Sandboxes, h)
+		}
+	}
+	for id := range b.held {
+		if !now[id] {
+			hb.Removed = append(hb.Removed, id)
+		}
+	}
+	return hb
+}
+
+// changed reports whether h differs from what the server holds, old, enough to send: any flag
+// or OOM count, or the working set by residentSlackMiB or 1/16 of old's.
+func changed(old, h berth.HeldSandbox) bool {
+	if old.Measured != h.Measured || old.Starting != h.Starting || old.OOMKills != h.OOMKills {
+		return true
+	}
+	d := h.ResidentMiB - old.ResidentMiB
+	if d < 0 {
+		d = -d
+	}
+	return d > 0 && d >= max(residentSlackMiB, old.ResidentMiB/16)
+}
+
+// acked records the server's answer to hb (built from full): an acknowledgment of hb.Seq
+// moves the base to what the server now holds; anything else drops it.
+func (b *heartbeatBase) acked(full, hb berth.Heartbeat, ack berth.HeartbeatAck, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil || ack.Resync || ack.Seq == 0 || ack.Seq != hb.Seq {
+		b.seq, b.held = 0, nil
+		return
+	}
+	if !hb.Delta {
+		b.held = make(map[string]berth.HeldSandbox, len(full.Sandboxes))
+	} else if b.seq != hb.BaseSeq {
+		b.seq, b.held = 0, nil // another send moved the base meanwhile: start over
+		return
+	}
+	for _, h := range hb.Sandboxes {
+		b.held[h.ID] = h
+	}
+	for _, id := range hb.Removed {
+		delete(b.held, id)
+	}
+	b.seq = hb.Seq
 }
 
 // samplePressure records the host's memory pressure (PSI "some avg10", percent; AGT-1) and

@@ -18,8 +18,9 @@ const (
 	maxJSONBytes = 1 << 20
 )
 
-// Handler returns the agent's internal API. Every call carries X-Node-Token (compared in
-// constant time, AGT-5):
+// Handler returns the agent's internal API. Every call carries the replicas' call token for
+// this agent in X-Berth-Agent-Call (or, from older servers, the node token in X-Node-Token),
+// compared in constant time (AGT-5, authenticate):
 //
 //	POST   /internal/sandboxes                 berth.AgentCreate → 201
 //	DELETE /internal/sandboxes/{id}            → 204 (idempotent)
@@ -75,12 +76,17 @@ func (a *Agent) Handler() http.Handler {
 	return a.public(httpjson.EchoRequestID(a.authenticate(root)))
 }
 
+// authenticate admits the servers' calls (AGT-5): HeaderAgentCall holding the call token for
+// this agent's own id and address (berth.AgentCallToken), or — from a server of an older release —
+// HeaderNodeToken holding the node token itself.
 func (a *Agent) authenticate(next http.Handler) http.Handler {
-	want := []byte(a.cfg.NodeToken)
+	token := []byte(a.cfg.NodeToken)
+	call := []byte(berth.AgentCallToken(a.cfg.NodeToken, a.cfg.ID, a.addr))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get(berth.HeaderNodeToken))
-		if len(want) == 0 || subtle.ConstantTimeCompare(got, want) != 1 {
-			httpjson.WriteError(w, "", berth.Errorf(berth.EUnauthorized, "missing or wrong node token"))
+		ok := subtle.ConstantTimeCompare([]byte(r.Header.Get(berth.HeaderAgentCall)), call) == 1 ||
+			subtle.ConstantTimeCompare([]byte(r.Header.Get(berth.HeaderNodeToken)), token) == 1
+		if len(token) == 0 || !ok {
+			httpjson.WriteError(w, "", berth.Errorf(berth.EUnauthorized, "missing or wrong agent-call token"))
 			return
 		}
 		next.ServeHTTP(w, r)

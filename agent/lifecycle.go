@@ -16,9 +16,12 @@ import (
 
 // Create admits and starts one sandbox (AGT-2): it takes a start slot (ADM-10), checks the
 // local gate with the one admission formula (ADM-2…7), books the guest at its charge and
-// starts it. A create for an id the agent already holds returns the held guest (the
-// scheduler may retry). Errors are *berth.Error: host_starts_saturated, no_capacity
-// (lost race), invalid_request, unavailable (runtime failure, with the cause).
+// starts it. A create the warm pool can serve (same template and memory size, no volume, no
+// restore) is handed a started warm guest instead, with no start slot; a cold create that
+// needs the pool's room stops warm guests first (issue 16, goal 5). A create for an id the
+// agent already holds returns the held guest (the scheduler may retry). Errors are
+// *berth.Error: host_starts_saturated, no_capacity (lost race), invalid_request (also an id
+// with the pool's prefix "berth-warm-"), unavailable (runtime failure, with the cause).
 func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	if c.ID == "" || c.MemoryMiB <= 0 {
 		return berth.Errorf(berth.EInvalidRequest, "id and a positive memory_mb are required")
@@ -26,10 +29,17 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	if c.TTLMS < 0 {
 		return berth.Errorf(berth.EInvalidRequest, "ttl_ms must not be negative")
 	}
+	if err := checkCreateID(c.ID); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	_, held := a.guests[c.ID]
 	a.mu.Unlock()
 	if held {
+		return nil
+	}
+	// A warm guest serves it at once, without a start slot (issue 16, goal 5).
+	if a.takeWarm(c) {
 		return nil
 	}
 
@@ -65,10 +75,18 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		return &berth.Error{Code: berth.ENoCapacity,
 			Message: fmt.Sprintf("agent %s: admittable %d MiB < charge %d MiB", a.cfg.ID, adm, charge)}
 	}
+	// The pool never makes the host refuse a create: what the create needs of its room,
+	// it takes, stopping warm guests before its own start.
+	victims := a.makeRoomFromPoolLocked(charge)
 	admitted := time.Now()
 	g := &guest{spec: c, admittedAt: admitted, expires: ttlEnd(c, admitted)}
 	a.guests[c.ID] = g
 	a.mu.Unlock()
+	if len(victims) > 0 {
+		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		a.stopWarm(stop, victims, "a create needs the room")
+		cancel()
+	}
 
 	// Every exit path below either marks the guest started or removes it, so its
 	// reserve never outlives a failed start (ADM-5).
@@ -270,9 +288,11 @@ func (a *Agent) checkpointing(id string) bool {
 // memory for the fewest victims (ties: the youngest, which has done the least work). One
 // victim per measurement, so the next reading judges whether more are needed and one bad
 // sample can never start an eviction storm (C07). Stateful sandboxes are never victims.
+// The warm pool counts in the reading and goes first: the first critical reading stops it
+// whole (it holds no one's work), and only a reading still critical after that evicts.
 func (a *Agent) evictIfCritical(ctx context.Context, now time.Time) {
 	a.mu.Lock()
-	var used int64
+	used := a.warmResidentLocked()
 	for _, g := range a.guests {
 		used += g.resident
 	}
@@ -284,6 +304,16 @@ func (a *Agent) evictIfCritical(ctx context.Context, now time.Time) {
 		return
 	}
 	a.criticalTicks++
+	if len(a.warm.guests) > 0 {
+		// The warm pool goes first, at the first critical reading: it holds no one's work
+		// (issue 16, goal 5). The next reading judges whether a tenant's sandbox must go.
+		warm := a.releaseWarmLocked()
+		pressure := a.pressure
+		a.mu.Unlock()
+		a.stopWarm(ctx, warm, fmt.Sprintf("memory critical (available %d MiB, floor %d MiB, pressure %.1f%%, ADM-9)",
+			avail, a.cfg.EvictFloorMiB, pressure))
+		return
+	}
 	if a.criticalTicks < 2 {
 		a.mu.Unlock()
 		return

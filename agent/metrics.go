@@ -48,7 +48,7 @@ func (a *Agent) countOOMLocked(seen, now int64) {
 // with its id) and the Go and process collectors.
 func (a *Agent) metricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	prometheus.WrapRegistererWith(prometheus.Labels{"agent": a.cfg.ID}, reg).MustRegister(counterCollector{a})
+	prometheus.WrapRegistererWith(prometheus.Labels{"agent": a.cfg.ID}, reg).MustRegister(counterCollector{a}, warmCollector{a})
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
@@ -58,7 +58,11 @@ func (a *Agent) metricsRegistry() *prometheus.Registry {
 //
 //	GET /healthz → 200 "ok" (text/plain) while the agent serves
 //	GET /metrics → the Prometheus text format: berth_agent_oom_kills_total{agent},
-//	               berth_agent_measurement_errors_total{agent}, go_*, process_*
+//	               berth_agent_measurement_errors_total{agent},
+//	               berth_agent_warm_pool_hits_total{agent,template},
+//	               berth_agent_warm_pool_misses_total{agent,template},
+//	               berth_agent_warm_pool_ready{agent,template} (one per --warm-pool
+//	               template), go_*, process_*
 //
 // Neither names a sandbox or a tenant, so a load balancer's or Prometheus' probe needs no
 // node token.

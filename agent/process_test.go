@@ -157,8 +157,10 @@ func TestAPP1_AgentProxiesToService(t *testing.T) {
 	if err := json.Unmarshal(body, &got); err != nil {
 		t.Fatalf("app answer %q: %v", body, err)
 	}
-	if tok, ok := got.Headers[strings.ToLower(berth.HeaderNodeToken)]; ok {
-		t.Errorf("the app received the node token %q", tok)
+	for _, h := range []string{berth.HeaderNodeToken, berth.HeaderAgentCall} {
+		if tok, ok := got.Headers[strings.ToLower(h)]; ok {
+			t.Errorf("the app received the server's %s %q", h, tok)
+		}
 	}
 	want := echoed{Method: "POST", Path: "/echo/a%2Fb//c?x=1&y=%20", Body: "ping", Greeting: "hi", Headers: map[string]string{
 		"host":              net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),

@@ -35,8 +35,8 @@ type Services interface {
 
 // services returns the runtime's Services, or unsupported.
 func (a *Agent) services() (Services, error) {
-	if s, ok := a.rt.(Services); ok {
-		return s, nil
+	if s, ok := a.rawRT().(Services); ok {
+		return aliasServices{Services: s, ids: a.warm.ids}, nil
 	}
 	return nil, berth.Errorf(berth.EUnsupported, "agent %s: its runtime cannot run app services", a.cfg.ID)
 }
@@ -139,6 +139,7 @@ func (a *Agent) handleApp(w http.ResponseWriter, r *http.Request, id, portText, 
 			pr.Out.URL = &url.URL{Scheme: "http", Host: appHost(id, port), Path: path, RawPath: rest, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			pr.Out.Header.Del(berth.HeaderNodeToken)
+			pr.Out.Header.Del(berth.HeaderAgentCall)
 			// The proxy drops the caller's X-Forwarded-* before Rewrite. The caller is the
 			// Berth server (it holds the node token), so its values are trusted: the chain
 			// of X-Forwarded-For gets the caller appended, Host and Proto are kept.

@@ -142,3 +142,31 @@ func (s *servicesRuntime) ServiceStatus(context.Context, string) (berth.ServiceS
 func (s *servicesRuntime) Dial(_ context.Context, id string, port int) (net.Conn, error) {
 	return s.dial(id, port)
 }
+
+// TestAgentCallTokenIsPerAddress (issue 15, AGT-5): the servers' call token for this agent's
+// own address is accepted; the token for another address (what a replica sends to an
+// address someone else announced), a wrong one or none are 401; the node token itself is
+// still accepted from servers of the previous release.
+func TestAgentCallTokenIsPerAddress(t *testing.T) {
+	a := newTestAgent(t, berth.AdmissionNone, 8192, &fakeRuntime{})
+	a.cfg.NodeToken = testToken
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		ok     bool
+	}{
+		{"call token for this id and address", http.Header{berth.HeaderAgentCall: {berth.AgentCallToken(testToken, a.cfg.ID, a.addr)}, berth.HeaderNodeToken: {"-"}}, true},
+		{"call token for another id at this address (an agent that announced this one's address)", http.Header{berth.HeaderAgentCall: {berth.AgentCallToken(testToken, "other-agent", a.addr)}, berth.HeaderNodeToken: {"-"}}, false},
+		{"node token (older servers)", http.Header{berth.HeaderNodeToken: {testToken}}, true},
+		{"call token for another address", http.Header{berth.HeaderAgentCall: {berth.AgentCallToken(testToken, a.cfg.ID, "https://evil.example:443")}, berth.HeaderNodeToken: {"-"}}, false},
+		{"call token keyed by another node token", http.Header{berth.HeaderAgentCall: {berth.AgentCallToken("other", a.cfg.ID, a.addr)}, berth.HeaderNodeToken: {"-"}}, false},
+		{"no token", http.Header{berth.HeaderNodeToken: {"-"}}, false},
+	} {
+		code, _ := call(t, http.MethodGet, srv.URL+"/internal/heartbeat", nil, tc.header)
+		if (code != http.StatusUnauthorized) != tc.ok {
+			t.Errorf("%s: %d, want accepted %v", tc.name, code, tc.ok)
+		}
+	}
+}

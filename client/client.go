@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -125,11 +126,12 @@ func New(baseURL, key string, opts ...Option) *Client {
 // WithCAFile makes the client trust only the CA certificates in the PEM file at path when it
 // verifies an https:// server (a private CA, such as the one `berth server --tls-cert` was
 // issued by), instead of the system's roots (issue 15, point 2). It applies to the
-// http.Client's Transport when that is an *http.Transport (the default is); the file is read
-// once, by New. When the file cannot be read or holds no certificate, or the Transport is
-// another RoundTripper, every call returns a *berth.Error with code invalid_request naming
-// the problem, and nothing is sent: a key never leaves under a trust the caller did not ask
-// for.
+// http.Client's Transport when that is an *http.Transport (the default is), in a copy whose
+// InsecureSkipVerify is off; the file is read once, by New. When the file cannot be read or
+// holds no certificate, the server URL is http://, or the Transport is another RoundTripper
+// or dials TLS itself (DialTLSContext), every call returns a *berth.Error with code
+// invalid_request naming the problem, and nothing is sent: a key never leaves under a trust
+// the caller did not ask for.
 func WithCAFile(path string) Option {
 	return func(c *Client) { c.caFile = path }
 }
@@ -137,6 +139,9 @@ func WithCAFile(path string) Option {
 // trustCA installs WithCAFile's pool in a copy of the client's transport, keeping any other
 // TLS setting the caller gave it.
 func (c *Client) trustCA() error {
+	if u, err := url.Parse(c.baseURL); err != nil || u.Scheme != "https" { // url.Parse lower-cases the scheme
+		return berth.Errorf(berth.EInvalidRequest, "client CA %s given for %s: a CA is for an https:// server; over anything else the key would cross in clear", c.caFile, c.baseURL)
+	}
 	pool, err := tlsconf.CAPool(c.caFile)
 	if err != nil {
 		return berth.Wrap(berth.EInvalidRequest, err, "client CA")
@@ -149,12 +154,15 @@ func (c *Client) trustCA() error {
 	if !ok {
 		return berth.Errorf(berth.EInvalidRequest, "client CA %s: the http.Client's Transport is a %T, not an *http.Transport: set its TLS configuration there", c.caFile, t)
 	}
+	if ht.DialTLSContext != nil || ht.DialTLS != nil {
+		return berth.Errorf(berth.EInvalidRequest, "client CA %s: the http.Transport dials TLS itself (DialTLSContext), so its TLS configuration is not used: verify the CA there", c.caFile)
+	}
 	ht = ht.Clone()
 	cfg := &tls.Config{MinVersion: tlsconf.MinVersion}
 	if ht.TLSClientConfig != nil {
 		cfg = ht.TLSClientConfig.Clone()
 	}
-	cfg.RootCAs = pool
+	cfg.RootCAs, cfg.InsecureSkipVerify = pool, false
 	ht.TLSClientConfig = cfg
 	h := *c.http
 	h.Transport = ht

@@ -78,11 +78,24 @@ func (c *Client) Events(ctx context.Context, entity string) ([]berth.Event, erro
 // must be the agent's node token. It is sent once, not retried: the next heartbeat is the
 // retry, and a stale one must not be replayed after a newer one.
 func (c *Client) Heartbeat(ctx context.Context, hb berth.Heartbeat) error {
+	_, err := c.HeartbeatAck(ctx, hb)
+	return err
+}
+
+// HeartbeatAck is Heartbeat returning the server's answer (issue 16, goal 2): the seq whose
+// held list it keeps (the base of the next delta), or Resync. A server of the previous release
+// answers 204 without a body: the zero HeartbeatAck, so the agent keeps sending whole lists.
+func (c *Client) HeartbeatAck(ctx context.Context, hb berth.Heartbeat) (berth.HeartbeatAck, error) {
+	var ack berth.HeartbeatAck
 	r, err := jsonRequest(http.MethodPost, "/v1/agents/heartbeat", hb, false)
 	if err != nil {
-		return err
+		return ack, err
 	}
-	return c.call(ctx, r, nil)
+	resp, err := c.do(ctx, r)
+	if err != nil || len(resp.body) == 0 {
+		return ack, err
+	}
+	return ack, decodeJSON(r, resp, &ack)
 }
 
 // CreateTenant creates a tenant (POST /v1/tenants {"name"}; admin key). It is sent once, not

@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,9 +68,24 @@ func TestWithCAFile(t *testing.T) {
 		t.Fatalf("the server was reached %d times, want once (only the call that trusted its CA)", n)
 	}
 
+	// A caller's transport that skips verification does not skip it under WithCAFile.
+	stranger := tlstest.NewCA(t)
+	skip := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	_, err = New(url, "k", WithCAFile(stranger.File), WithDeadline(time.Nanosecond), WithHTTPClient(&http.Client{Transport: skip})).Templates(ctx)
+	if !errors.As(err, &unknown) {
+		t.Fatalf("WithCAFile(another CA) over an InsecureSkipVerify transport: err = %v, want x509.UnknownAuthorityError", err)
+	}
+
 	missing := filepath.Join(t.TempDir(), "missing.pem")
+	dialsItself := &http.Transport{DialTLSContext: func(context.Context, string, string) (net.Conn, error) {
+		t.Error("a connection was dialled")
+		return nil, errors.New("unreachable")
+	}}
 	for name, c := range map[string]*Client{
-		"missing file": New(url, "k", WithCAFile(missing)),
+		"missing file":               New(url, "k", WithCAFile(missing)),
+		"http:// server URL":         New(strings.Replace(url, "https://", "http://", 1), "k", WithCAFile(ca.File)),
+		"HTTP:// server URL":         New(strings.Replace(url, "https://", "HTTP://", 1), "k", WithCAFile(ca.File)),
+		"transport dials TLS itself": New(url, "k", WithCAFile(ca.File), WithHTTPClient(&http.Client{Transport: dialsItself})),
 		"other transport": New(url, "k", WithCAFile(ca.File),
 			WithHTTPClient(&http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
 				t.Error("a request was sent")

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"cmp"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -17,6 +18,7 @@ var (
 	sinkDecision Decision
 	sinkIndex    int
 	sinkSum      int64
+	sinkSnapshot *Snapshot
 )
 
 // benchFleet returns a deterministic, realistic fleet of n hosts: three regions, mostly
@@ -84,8 +86,69 @@ var benchRequest = Request{MemoryMiB: 2048}
 
 var benchSizes = []int{1000, 10000}
 
-// BenchmarkPick measures one placement decision over the whole snapshot.
+// BenchmarkPick measures one placement decision over the whole fleet, as the server makes
+// it: Snapshot.Pick over an indexed snapshot (the index is built before the timer starts;
+// BenchmarkSnapshotSet is its upkeep).
 func BenchmarkPick(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
+			s := NewSnapshot(benchFleet(n, 42))
+			b.ReportAllocs()
+			var seed uint64
+			for b.Loop() {
+				seed++
+				sinkDecision = s.Pick(benchRequest, now, Options{}, seed)
+			}
+			if sinkDecision.Index < 0 {
+				b.Fatalf("benchmark fleet chose no host: %v", sinkDecision.Hosts())
+			}
+		})
+	}
+}
+
+// pickRounds is how many rounds BenchmarkPickVsFloor runs.
+var pickRounds = flag.Int("pick.rounds", 10, "rounds of BenchmarkPickVsFloor")
+
+// BenchmarkPickVsFloor runs rounds of, for each fleet size, Snapshot.Pick ("pick"), the
+// package Pick ("unindexed", the code before the index) and the linear-scan floor ("floor"),
+// back to back: each round's ratios compare runs made within seconds of each other on this
+// shared, noisy machine, where -count would run all rounds of one before the next
+// (docs/PERFORMANCE.md). Use -count 1 and -pick.rounds for the number of rounds.
+func BenchmarkPickVsFloor(b *testing.B) {
+	for r := range *pickRounds {
+		for _, n := range benchSizes {
+			hosts := benchFleet(n, 42)
+			s := NewSnapshot(slices.Clone(hosts))
+			b.Run(fmt.Sprintf("round=%d/hosts=%d/pick", r, n), func(b *testing.B) {
+				b.ReportAllocs()
+				var seed uint64
+				for b.Loop() {
+					seed++
+					sinkDecision = s.Pick(benchRequest, now, Options{}, seed)
+				}
+			})
+			b.Run(fmt.Sprintf("round=%d/hosts=%d/unindexed", r, n), func(b *testing.B) {
+				b.ReportAllocs()
+				var seed uint64
+				for b.Loop() {
+					seed++
+					sinkDecision = Pick(hosts, benchRequest, now, Options{}, seed)
+				}
+			})
+			b.Run(fmt.Sprintf("round=%d/hosts=%d/floor", r, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					sinkIndex, sinkSum = linearScan(hosts)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPickUnindexed is the package-level Pick over the plain host slice: the code the
+// server ran before the snapshot index, and what Snapshot.Pick falls back to for a
+// constrained request.
+func BenchmarkPickUnindexed(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
 			hosts := benchFleet(n, 42)
@@ -102,27 +165,52 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkSnapshotSet is the index's upkeep: one host replaced (a heartbeat folded in, or a
+// reservation's pending MiB changed), at 10,000 hosts.
+func BenchmarkSnapshotSet(b *testing.B) {
+	hosts := benchFleet(10000, 42)
+	spare := benchFleet(1000, 43)
+	s := NewSnapshot(hosts)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		s.Set(i*7919%len(hosts), spare[i%len(spare)])
+	}
+}
+
 // BenchmarkPickRegion places a request that names a region: every host then takes the
 // branch that classifies the request-dependent filters.
 func BenchmarkPickRegion(b *testing.B) {
 	hosts := benchFleet(10000, 42)
 	req := Request{MemoryMiB: 2048, Region: "eu-west"}
+	s := NewSnapshot(hosts)
 	b.Run("hosts=10000", func(b *testing.B) {
 		b.ReportAllocs()
 		var seed uint64
 		for b.Loop() {
 			seed++
-			sinkDecision = Pick(hosts, req, now, Options{}, seed)
+			sinkDecision = s.Pick(req, now, Options{}, seed) // the package Pick: a constrained request
 		}
 	})
 }
 
 // BenchmarkPickAscending is Pick's worst case: hosts ordered by ascending free memory, so
-// nearly every host beats the best so far and none is skipped by the score bound.
+// nearly every host beats the best so far and none is skipped by the score bound (nor any
+// block by the index). "unindexed" is the package Pick over the same slice.
 func BenchmarkPickAscending(b *testing.B) {
 	hosts := benchFleet(10000, 42)
 	slices.SortFunc(hosts, func(x, y Host) int { return cmp.Compare(x.AdmittableMiB-x.PendingMiB, y.AdmittableMiB-y.PendingMiB) })
+	s := NewSnapshot(slices.Clone(hosts))
 	b.Run("hosts=10000", func(b *testing.B) {
+		b.ReportAllocs()
+		var seed uint64
+		for b.Loop() {
+			seed++
+			sinkDecision = s.Pick(benchRequest, now, Options{}, seed)
+		}
+	})
+	b.Run("unindexed/hosts=10000", func(b *testing.B) {
 		b.ReportAllocs()
 		var seed uint64
 		for b.Loop() {
@@ -130,6 +218,16 @@ func BenchmarkPickAscending(b *testing.B) {
 			sinkDecision = Pick(hosts, benchRequest, now, Options{}, seed)
 		}
 	})
+}
+
+// BenchmarkNewSnapshot is the index's construction, as a full refresh of the server's
+// snapshot makes it, at 10,000 hosts.
+func BenchmarkNewSnapshot(b *testing.B) {
+	hosts := benchFleet(10000, 42)
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkSnapshot = NewSnapshot(hosts)
+	}
 }
 
 // BenchmarkLinearScan is the floor Pick is measured against: one pass over the same host

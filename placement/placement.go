@@ -2,7 +2,8 @@
 // an in-memory snapshot, scores the survivors and returns the best one together with why every
 // other host was rejected. It is pure arithmetic over memory: no I/O, no locks, no clock
 // (PLC-8). Reservations are taken by the caller (server's scheduler) after Pick, atomically
-// with the fits check in the store (LED-1).
+// with the fits check in the store (LED-1). A Snapshot keeps an index over the hosts so that
+// its Pick, with the same answers, need not visit every host (docs/PERFORMANCE.md).
 package placement
 
 import (
@@ -218,7 +219,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 			if pack {
 				bound = -float64(free - chargeFull)
 			} else {
-				bound = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*float64(free) + restoreBonus[b2i(h.CanRestore)]
+				bound = spreadScore(h, float64(free))
 			}
 			if bound < best {
 				continue
@@ -240,9 +241,7 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 		if pack {
 			score = -left
 		} else {
-			// 0.6·freeCPU + 0.3·freeGiB (+5 for stream-restore); perGiB·left is bit-for-bit
-			// 0.3·left/1024, since scaling by 2⁻¹⁰ commutes with rounding.
-			score = 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*left + restoreBonus[b2i(h.CanRestore)]
+			score = spreadScore(h, left)
 		}
 		switch {
 		case d.Index < 0 || score > best:
@@ -261,6 +260,14 @@ func Pick(hosts []Host, req Request, nowNano int64, opt Options, seed uint64) De
 	}
 	d.Live = d.Total - d.Rejected[ReasonStale]
 	return d
+}
+
+// spreadScore is PLC-2's spread score of h with left MiB free after the charge:
+// 0.6·freeCPU + 0.3·freeGiB (+5 for stream-restore). perGiB·left is bit-for-bit 0.3·left/1024,
+// since scaling by 2⁻¹⁰ commutes with rounding. It is monotone in left, which the score
+// bounds of Pick and Snapshot rest on. Inlined: Pick's loop stays call-free.
+func spreadScore(h *Host, left float64) float64 {
+	return 0.6*(h.CPUTotal-h.CPUUsed) + perGiB*left + restoreBonus[b2i(h.CanRestore)]
 }
 
 // DefaultStaleAfterNano is the default staleness cutoff: 30 s against a 10 s heartbeat (PLC-1).

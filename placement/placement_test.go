@@ -250,6 +250,12 @@ func TestPLC1_PLC10_Filters(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Pick (-want +got):\n%s", diff)
 			}
+			for _, shift := range []uint{0, blockShift} { // one host per block, and one block
+				got := newSnapshot(append([]Host(nil), tt.hosts...), shift).Pick(tt.req, now, tt.opt, 1)
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("Snapshot.Pick, blocks of %d (-want +got):\n%s", 1<<shift, diff)
+				}
+			}
 		})
 	}
 }

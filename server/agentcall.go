@@ -31,33 +31,71 @@ type agentCaller struct {
 // is unreachable, whatever the call's own deadline.
 const agentDialTimeout = 10 * time.Second
 
-func newAgentCaller(token string, timeout time.Duration, tlsCfg *tls.Config) *agentCaller {
+func newAgentCaller(token string, timeout time.Duration, tlsCfg *tls.Config, requireTLS bool) *agentCaller {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = tlsCfg
 	t.Proxy = nil // agents are reached directly, never through a proxy from the environment
-	t.DialContext = (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	t.TLSHandshakeTimeout = agentDialTimeout
+	agentDial(t, tlsCfg, requireTLS)
 	return &agentCaller{http: &http.Client{Transport: t}, token: token, timeout: timeout}
+}
+
+// errPlainAgent is the dial error of an http:// agent address on a replica that calls agents
+// over TLS only (Config.RequireAgentTLS).
+var errPlainAgent = errors.New("this replica calls agents over TLS only, and the agent's address is http://")
+
+// agentDial sets how t reaches agents (C28, issue 15 point 2): a bounded dial, TLS with
+// tlsCfg for https:// addresses, and — when requireTLS — no connection at all for an http://
+// one, whatever the address came from (a heartbeat, or a row written before the replica
+// served TLS), so the call's token and tenants' files never leave in clear. The refusal is a
+// dial error: the host is unreachable (the next host is tried), not failing (PLC-9).
+func agentDial(t *http.Transport, tlsCfg *tls.Config, requireTLS bool) {
+	d := &net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}
+	t.TLSClientConfig = tlsCfg
+	t.TLSHandshakeTimeout = agentDialTimeout
+	t.DialContext = d.DialContext
+	if requireTLS {
+		t.DialContext = func(_ context.Context, network, addr string) (net.Conn, error) {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errPlainAgent}
+		}
+		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+			if tlsCfg != nil {
+				cfg = tlsCfg.Clone()
+			}
+			if cfg.ServerName == "" {
+				cfg.ServerName, _, _ = net.SplitHostPort(addr)
+			}
+			cfg.NextProtos = []string{"http/1.1"}
+			return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, network, addr)
+		}
+	}
+}
+
+// agentAt is an agent the server calls: its id and the base URL of its internal API.
+type agentAt struct{ ID, URL string }
+
+// authorize sets the agent-call token of a request to the agent at (AGT-5, issue 15).
+func (c *agentCaller) authorize(req *http.Request, at agentAt) {
+	req.Header.Set(berth.HeaderAgentCall, berth.AgentCallToken(c.token, at.ID, at.URL))
 }
 
 func (c *agentCaller) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-func (c *agentCaller) create(ctx context.Context, addr string, ac berth.AgentCreate) error {
+func (c *agentCaller) create(ctx context.Context, at agentAt, ac berth.AgentCreate) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	_, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes", nil, ac, http.StatusCreated)
+	_, err := c.do(ctx, http.MethodPost, at, "/internal/sandboxes", nil, ac, http.StatusCreated)
 	return err
 }
 
 // checkpoint has the agent checkpoint sandbox id into the snapshot store as image and stop it
 // (PAUSE-1); timeout bounds the checkpoint and the upload.
-func (c *agentCaller) checkpoint(ctx context.Context, addr, id, image string, timeout time.Duration) (berth.CheckpointResult, error) {
+func (c *agentCaller) checkpoint(ctx context.Context, at agentAt, id, image string, timeout time.Duration) (berth.CheckpointResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var res berth.CheckpointResult
-	b, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/checkpoint", nil,
+	b, err := c.do(ctx, http.MethodPost, at, "/internal/sandboxes/"+url.PathEscape(id)+"/checkpoint", nil,
 		berth.CheckpointRequest{Image: image}, http.StatusOK)
 	if err != nil {
 		return res, err
@@ -68,16 +106,16 @@ func (c *agentCaller) checkpoint(ctx context.Context, addr, id, image string, ti
 	return res, nil
 }
 
-func (c *agentCaller) delete(ctx context.Context, addr, id string) error {
+func (c *agentCaller) delete(ctx context.Context, at agentAt, id string) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	_, err := c.do(ctx, http.MethodDelete, addr, "/internal/sandboxes/"+url.PathEscape(id), nil, nil, http.StatusNoContent)
+	_, err := c.do(ctx, http.MethodDelete, at, "/internal/sandboxes/"+url.PathEscape(id), nil, nil, http.StatusNoContent)
 	return err
 }
 
-func (c *agentCaller) exec(ctx context.Context, addr, id string, req berth.ExecRequest) (berth.ExecResult, error) {
+func (c *agentCaller) exec(ctx context.Context, at agentAt, id string, req berth.ExecRequest) (berth.ExecResult, error) {
 	var res berth.ExecResult
-	b, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/exec", nil, req, http.StatusOK)
+	b, err := c.do(ctx, http.MethodPost, at, "/internal/sandboxes/"+url.PathEscape(id)+"/exec", nil, req, http.StatusOK)
 	if err != nil {
 		return res, err
 	}
@@ -93,16 +131,16 @@ const fileTimeout = 10 * time.Minute
 
 // writeFile streams body (size bytes, -1 when unknown) into path in sandbox id (ISO-3): the
 // server holds one buffer of it at a time, never the whole file.
-func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body io.Reader, size int64) error {
+func (c *agentCaller) writeFile(ctx context.Context, at agentAt, id, path string, body io.Reader, size int64) error {
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
-	if addr == "" {
+	if at.URL == "" {
 		return berth.Errorf(berth.EUnavailable, "agent has no address yet")
 	}
-	u := addr + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
+	u := at.URL + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, body)
 	if err != nil {
-		return berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
+		return berth.Wrap(berth.EUnavailable, err, "agent address %q", at.URL)
 	}
 	forwardRequestID(req)
 	req.ContentLength = size
@@ -110,7 +148,7 @@ func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body
 		req.Body = http.NoBody
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set(berth.HeaderNodeToken, c.token)
+	c.authorize(req, at)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return unreachableBy(err, "agent unreachable")
@@ -123,20 +161,20 @@ func (c *agentCaller) writeFile(ctx context.Context, addr, id, path string, body
 }
 
 // readFile opens path in sandbox id and returns the agent's stream of it and its size.
-func (c *agentCaller) readFile(ctx context.Context, addr, id, path string) (io.ReadCloser, int64, error) {
+func (c *agentCaller) readFile(ctx context.Context, at agentAt, id, path string) (io.ReadCloser, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
-	if addr == "" {
+	if at.URL == "" {
 		cancel()
 		return nil, 0, berth.Errorf(berth.EUnavailable, "agent has no address yet")
 	}
-	u := addr + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
+	u := at.URL + "/internal/sandboxes/" + url.PathEscape(id) + "/files?" + url.Values{"path": {path}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		cancel()
-		return nil, 0, berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
+		return nil, 0, berth.Wrap(berth.EUnavailable, err, "agent address %q", at.URL)
 	}
 	forwardRequestID(req)
-	req.Header.Set(berth.HeaderNodeToken, c.token)
+	c.authorize(req, at)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		cancel()
@@ -184,34 +222,47 @@ func unreachableBy(cause error, format string, args ...any) error {
 	return fmt.Errorf("%w: %w", errUnreachable, berth.Wrap(berth.EUnavailable, cause, format, args...))
 }
 
-// agentError decodes an agent's API-2 error answer; anything else is unavailable.
+// agentError decodes an agent's API-2 error answer; the agent's own 401/403 (it refused this
+// replica's call token) and anything else are unavailable.
 func agentError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var eb berth.ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-		return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
-	}
-	return berth.Errorf(berth.EUnavailable, "agent answered %s", resp.Status)
+	return agentErrorBody(b, resp.Status)
 }
 
-func (c *agentCaller) drain(ctx context.Context, addr string, draining bool, reason string) error {
+// agentErrorBody is agentError on a body already read.
+func agentErrorBody(b []byte, status string) error {
+	var eb berth.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+		if eb.Error.Code == berth.EUnauthorized || eb.Error.Code == berth.EForbidden {
+			// The agent refused this replica, not the caller: never the caller's 401/403
+			// (an SDK would blame its own key). A host that keeps refusing counts toward
+			// quarantine like any failing host (PLC-9).
+			return berth.Wrap(berth.EUnavailable, fmt.Errorf("agent answered %s: %s", eb.Error.Code, eb.Error.Message),
+				"the agent refused this replica's call (its node token or announced address differs)")
+		}
+		return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+	}
+	return berth.Errorf(berth.EUnavailable, "agent answered %s", status)
+}
+
+func (c *agentCaller) drain(ctx context.Context, at agentAt, draining bool, reason string) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	if draining {
-		_, err := c.do(ctx, http.MethodPost, addr, "/internal/drain", url.Values{"reason": {reason}}, nil, http.StatusAccepted)
+		_, err := c.do(ctx, http.MethodPost, at, "/internal/drain", url.Values{"reason": {reason}}, nil, http.StatusAccepted)
 		return err
 	}
-	_, err := c.do(ctx, http.MethodPost, addr, "/internal/undrain", nil, nil, http.StatusOK)
+	_, err := c.do(ctx, http.MethodPost, at, "/internal/undrain", nil, nil, http.StatusOK)
 	return err
 }
 
 // do sends one request. body is JSON-encoded unless it is []byte (sent raw). An answer with
 // another status is decoded as an API-2 error body; anything else is unavailable.
-func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.Values, body any, want int) ([]byte, error) {
-	if addr == "" {
+func (c *agentCaller) do(ctx context.Context, method string, at agentAt, path string, q url.Values, body any, want int) ([]byte, error) {
+	if at.URL == "" {
 		return nil, berth.Errorf(berth.EUnavailable, "agent has no address yet")
 	}
-	u := addr + path
+	u := at.URL + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -230,13 +281,13 @@ func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.V
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
+		return nil, berth.Wrap(berth.EUnavailable, err, "agent address %q", at.URL)
 	}
 	forwardRequestID(req)
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	req.Header.Set(berth.HeaderNodeToken, c.token)
+	c.authorize(req, at)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if notConnected(err) {
@@ -257,19 +308,19 @@ func (c *agentCaller) do(ctx context.Context, method, addr, path string, q url.V
 }
 
 // serve starts a sandbox's service: the long-running command of an app (APP-1).
-func (c *agentCaller) serve(ctx context.Context, addr, id string, req berth.ServiceRequest) error {
+func (c *agentCaller) serve(ctx context.Context, at agentAt, id string, req berth.ServiceRequest) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	_, err := c.do(ctx, http.MethodPost, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/service", nil, req, http.StatusNoContent)
+	_, err := c.do(ctx, http.MethodPost, at, "/internal/sandboxes/"+url.PathEscape(id)+"/service", nil, req, http.StatusNoContent)
 	return err
 }
 
 // serviceStatus reads whether a sandbox's service runs, its exit code and output tail.
-func (c *agentCaller) serviceStatus(ctx context.Context, addr, id string) (berth.ServiceStatus, error) {
+func (c *agentCaller) serviceStatus(ctx context.Context, at agentAt, id string) (berth.ServiceStatus, error) {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	var st berth.ServiceStatus
-	b, err := c.do(ctx, http.MethodGet, addr, "/internal/sandboxes/"+url.PathEscape(id)+"/service", nil, nil, http.StatusOK)
+	b, err := c.do(ctx, http.MethodGet, at, "/internal/sandboxes/"+url.PathEscape(id)+"/service", nil, nil, http.StatusOK)
 	if err != nil {
 		return st, err
 	}
@@ -287,15 +338,15 @@ func portPath(id string, port int) string {
 // probe sends GET / to the app on port inside sandbox id: nil when the app answered at all
 // (any status: something listens), else the agent's error (app_unreachable while nothing
 // listens yet, service_exited once the command has ended).
-func (c *agentCaller) probe(ctx context.Context, addr, id string, port int) error {
+func (c *agentCaller) probe(ctx context.Context, at agentAt, id string, port int) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+portPath(id, port)+"/", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, at.URL+portPath(id, port)+"/", nil)
 	if err != nil {
-		return berth.Wrap(berth.EUnavailable, err, "agent address %q", addr)
+		return berth.Wrap(berth.EUnavailable, err, "agent address %q", at.URL)
 	}
 	forwardRequestID(req)
-	req.Header.Set(berth.HeaderNodeToken, c.token)
+	c.authorize(req, at)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return unreachableBy(err, "agent unreachable")
@@ -306,7 +357,7 @@ func (c *agentCaller) probe(ctx context.Context, addr, id string, port int) erro
 		resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnauthorized {
 		var eb berth.ErrorBody
 		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-			return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
+			return agentErrorBody(b, resp.Status)
 		}
 	}
 	return nil

@@ -17,7 +17,7 @@ type joinRequest struct {
 }
 
 // joinAgent is POST /v1/agents/join with the fleet's join (node) token (TRUST-1): body
-// {"agent_id": "..."} (1–128 bytes). It answers 201 {"agent_id", "credential", "created_at"}:
+// {"agent_id": "..."} (berth.CheckAgentID: 1–128 letters, digits, ".", "-", "_", ":"). It answers 201 {"agent_id", "credential", "created_at"}:
 // credential is a new random 256-bit secret (64 hex characters) bound to agent_id, of which
 // the store keeps only the SHA-256. A join for an id with a live credential replaces it (the
 // old one is revoked: an agent restarted without its credential file comes back). Errors:
@@ -33,8 +33,8 @@ func (s *Server) joinAgent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.AgentID == "" || len(req.AgentID) > 128 {
-		s.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "agent_id must be 1–128 bytes"))
+	if err := berth.CheckAgentID(req.AgentID); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	b := make([]byte, 32)

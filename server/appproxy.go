@@ -164,7 +164,7 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 		s.writeError(w, r, berth.Fault(err, "app host unknown"))
 		return
 	}
-	target, err := url.Parse(addr)
+	target, err := url.Parse(addr.URL)
 	if err != nil {
 		s.writeError(w, r, &berth.Error{Code: berth.EUnavailable, RetryAfter: 2 * time.Second, Message: "app host address", Cause: err})
 		return
@@ -185,7 +185,7 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 			pr.Out.URL.RawQuery = r.URL.RawQuery
 			pr.Out.Host = r.Host
 			pr.SetXForwarded()
-			pr.Out.Header.Set(berth.HeaderNodeToken, s.cfg.NodeToken)
+			pr.Out.Header.Set(berth.HeaderAgentCall, berth.AgentCallToken(s.cfg.NodeToken, addr.ID, addr.URL))
 			pr.Out.Header.Set(berth.HeaderRequestID, requestID(r.Context())) // the agent's errors keep it
 		},
 		ModifyResponse: func(resp *http.Response) error {

@@ -110,7 +110,7 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 	}
 	if a, err := s.store.Agent(r.Context(), id); err == nil {
 		s.sched.observe(a)
-		if err := s.agents.drain(r.Context(), a.Address, draining, b.Reason); err != nil {
+		if err := s.agents.drain(r.Context(), agentAt{a.AgentID, a.Address}, draining, b.Reason); err != nil {
 			s.log.Warn("agent did not take the drain call; the store mark holds", "agent", id, "err", err)
 		}
 	}
@@ -134,7 +134,10 @@ type heartbeatBody struct {
 
 // heartbeat is POST /v1/agents/heartbeat with the agent's credential (AGT-1, TRUST-1). It records the
 // heartbeat, nets the ledger (LED-4) and applies the agent's ended sandboxes in one store
-// transaction, then folds the agent into this replica's snapshot.
+// transaction, then folds the agent into this replica's snapshot. The answer is 200 with a
+// berth.HeartbeatAck (issue 16, goal 2): the seq now held, on which the agent may send deltas,
+// or resync when a delta's base is not the one the store holds (only its ended list applied).
+// An agent of the previous release reads no body and sends whole lists: nothing changes for it.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	cred, err := s.agentCredential(r.Context(), r)
 	if err != nil {
@@ -162,23 +165,35 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock()
-	if _, err := s.store.ApplyHeartbeat(r.Context(), hb, now); err != nil {
+	res, err := s.store.RecordHeartbeat(r.Context(), hb, now)
+	if err != nil {
 		s.writeError(w, r, berth.Fault(err, "record heartbeat"))
 		return
 	}
 	for _, e := range hb.Ended {
 		s.metrics.ended.WithLabelValues(string(e.State)).Inc()
 	}
-	if a, err := s.store.Agent(r.Context(), hb.AgentID); err == nil {
-		s.sched.observe(a)
+	ack := berth.HeartbeatAck{Resync: res.Resync}
+	if res.Applied {
+		ack.Seq = hb.Seq
+		s.sched.observe(res.Agent)
+		s.stopEnded(hb)
 	}
-	s.stopEnded(hb)
-	w.WriteHeader(http.StatusNoContent)
+	httpjson.WriteJSON(w, http.StatusOK, ack)
 }
+
+// stopSweepEvery is how often, per agent and replica, stopEnded checks every sandbox the
+// store says the agent holds rather than only those a delta heartbeat lists (issue 16, goal
+// 2): a sandbox the store ended while the agent kept it unchanged is stopped within this.
+const stopSweepEvery = time.Minute
 
 // stopEnded tells an agent to stop the sandboxes it still runs that the store has ended or
 // never knew (AGT-6): lost while the agent was cut off, or orphans of a dead replica. It runs
-// in the background, one round per agent at a time, so a heartbeat is never slowed by it.
+// in the background, one round per agent at a time and at most maxStopRounds at once (a round
+// that finds every slot taken is skipped: the next heartbeat tries again), so a heartbeat is
+// never slowed by it. A whole list is checked whole; a delta's listed sandboxes are checked at
+// once, and every sandbox the store says the agent holds at most every stopSweepEvery (issue
+// 16, goal 2), so a heartbeat that lists little costs little.
 func (s *Server) stopEnded(hb berth.Heartbeat) {
 	var held []string
 	for _, h := range hb.Sandboxes {
@@ -186,27 +201,67 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 			held = append(held, h.ID)
 		}
 	}
-	if len(held) == 0 {
+	now := s.cfg.Clock()
+	sweep := false
+	if hb.Delta {
+		last, ok := s.stopSwept.Load(hb.AgentID)
+		sweep = !ok || now.Sub(last.(time.Time)) >= stopSweepEvery
+	} else {
+		s.stopSwept.Store(hb.AgentID, now) // a whole list is a sweep
+	}
+	if len(held) == 0 && !sweep {
 		return
 	}
 	if _, busy := s.stopping.LoadOrStore(hb.AgentID, true); busy {
 		return
 	}
-	go func() {
-		defer s.stopping.Delete(hb.AgentID)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		ended, err := s.store.EndedSandboxes(ctx, held)
+	select {
+	case s.stopRounds <- struct{}{}:
+	default:
+		// Every round slot is taken (a replica that just met thousands of agents): this
+		// heartbeat's round is skipped, not queued — an agent's next heartbeat tries again,
+		// and the store's connections stay free for creates and heartbeats.
+		s.stopping.Delete(hb.AgentID)
+		return
+	}
+	if sweep {
+		s.stopSwept.Store(hb.AgentID, now)
+	}
+	go s.stopRound(hb, held, sweep)
+}
+
+// stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything
+// the store says it holds) is checked against the store, and each ended sandbox is stopped.
+func (s *Server) stopRound(hb berth.Heartbeat, held []string, sweep bool) {
+	defer func() { <-s.stopRounds }()
+	defer s.stopping.Delete(hb.AgentID)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if sweep {
+		a, err := s.store.Agent(ctx, hb.AgentID)
 		if err != nil {
 			return
 		}
-		for _, id := range ended {
-			s.log.Warn("stopping a sandbox the store has ended (AGT-6)", "sandbox", id, "agent", hb.AgentID)
-			if err := s.agents.delete(ctx, hb.Address, id); err != nil {
-				s.log.Warn("could not stop it; the next heartbeat retries", "sandbox", id, "agent", hb.AgentID, "err", err)
+		held = held[:0]
+		for _, h := range a.Sandboxes {
+			if !h.Starting {
+				held = append(held, h.ID)
 			}
 		}
-	}()
+		if len(held) == 0 {
+			return
+		}
+	}
+	ended, err := s.store.EndedSandboxes(ctx, held)
+	if err != nil {
+		return
+	}
+	for _, id := range ended {
+		s.log.Warn("stopping a sandbox the store has ended (AGT-6)", "sandbox", id, "agent", hb.AgentID)
+		if err := s.agents.delete(ctx, agentAt{hb.AgentID, hb.Address}, id); err != nil {
+			s.log.Warn("could not stop it; a later heartbeat retries", "sandbox", id, "agent", hb.AgentID, "err", err)
+		}
+	}
 }
 
 // checkAgentAddress refuses an address this replica cannot or must not dial (400
@@ -226,8 +281,8 @@ func (s *Server) checkAgentAddress(addr string) error {
 
 func validateHeartbeat(hb berth.Heartbeat) error {
 	switch {
-	case hb.AgentID == "" || len(hb.AgentID) > 128:
-		return berth.Errorf(berth.EInvalidRequest, "agent_id must be 1–128 bytes")
+	case berth.CheckAgentID(hb.AgentID) != nil:
+		return berth.CheckAgentID(hb.AgentID)
 	case !admission.ValidMode(hb.MemoryAdmission):
 		return berth.Errorf(berth.EInvalidRequest, "memory_admission must be committed, working-set or none")
 	case hb.MemoryMiBTotal < 0 || hb.MemoryMiBAdmittable < 0 || hb.MemoryMiBAdmittable > hb.MemoryMiBTotal:
@@ -240,6 +295,10 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 		return berth.Errorf(berth.EInvalidRequest, "a preemptible agent must be ephemeral (POOL-1)")
 	case hb.Seq < 0:
 		return berth.Errorf(berth.EInvalidRequest, "seq must be 0 (unnumbered) or count this boot's heartbeats from 1 (C32)")
+	case hb.Delta && (hb.Seq <= 0 || hb.BaseSeq <= 0 || hb.BaseSeq >= hb.Seq):
+		return berth.Errorf(berth.EInvalidRequest, "a delta heartbeat needs 0 < base_seq < seq: the acknowledged heartbeat it follows")
+	case !hb.Delta && (hb.BaseSeq != 0 || len(hb.Removed) > 0):
+		return berth.Errorf(berth.EInvalidRequest, "base_seq and removed belong to a delta heartbeat (delta: true) only")
 	}
 	for _, e := range hb.Ended {
 		if !e.State.Terminal() {

@@ -64,6 +64,14 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 	reg.MustRegister(m.refusals, m.pickSeconds, m.createSecond, m.expirations, m.firstRefusal, m.ended,
 		m.httpRequests, m.httpSeconds, &ledgerCollector{st: st}, &fleetCollector{st: st, staleAfter: staleAfter, deadAfter: deadAfter, clock: clock})
 	registerRuntimeCollectors(reg)
+	if rt, ok := st.(interface{ RoundTrips() int64 }); ok {
+		// This replica's own requests to the store (issue 16, goal 1): a counter per replica,
+		// so sum() over replicas is the fleet's.
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "berth_store_round_trips_total",
+			Help: "Requests this replica sent to the store: statements, BEGIN, COMMIT and ROLLBACK (each one round trip to PostgreSQL).",
+		}, func() float64 { return float64(rt.RoundTrips()) }))
+	}
 	return m
 }
 

@@ -26,6 +26,10 @@ type attempt struct {
 	fresh bool
 	// record writes the attempt (sb.AgentID is its host); an error ends the placement.
 	record func(ctx context.Context, sb berth.Sandbox) error
+	// reserveAndRecord, when set, takes the reservation and writes the record in one store
+	// transaction (issue 16, goal 1); it reports false, writing nothing, when the ledger has
+	// no room. Errors as record's.
+	reserveAndRecord func(ctx context.Context, res berth.Reservation, sb berth.Sandbox) (bool, error)
 	// ask is what the agent is asked to start.
 	ask func(sb berth.Sandbox) berth.AgentCreate
 	// inFlight is the state record leaves the sandbox in; bind then moves it to running.
@@ -60,17 +64,12 @@ func (s *scheduler) createAttempt(req berth.CreateRequest, actor string) attempt
 		fresh: true,
 		record: func(ctx context.Context, sb berth.Sandbox) error {
 			sb.State, sb.Reason = berth.SandboxStarting, "placed on agent/"+sb.AgentID
-			err := s.store.CreateSandbox(ctx, sb, actor, s.cfg.Clock())
-			switch {
-			case errors.Is(err, berth.ErrIdempotencyConflict):
-				return errIdempotent
-			case errors.Is(err, berth.ErrOverQuota):
-				// A concurrent create took the last of the quota since the pre-check.
-				return berth.Errorf(berth.ETenantOverQuota, "%v", err)
-			case err != nil:
-				return berth.Fault(err, "record sandbox")
-			}
-			return nil
+			return recordError(s.store.CreateSandbox(ctx, sb, actor, s.cfg.Clock()))
+		},
+		reserveAndRecord: func(ctx context.Context, res berth.Reservation, sb berth.Sandbox) (bool, error) {
+			sb.State, sb.Reason = berth.SandboxStarting, "placed on agent/"+sb.AgentID
+			ok, err := s.store.ReserveAndCreate(ctx, res, sb, actor, s.cfg.Clock())
+			return ok, recordError(err)
 		},
 		ask: func(sb berth.Sandbox) berth.AgentCreate {
 			return berth.AgentCreate{ID: sb.ID, Template: sb.Template, MemoryMiB: sb.MemoryMiB, VCPUs: sb.VCPUs,
@@ -83,6 +82,21 @@ func (s *scheduler) createAttempt(req berth.CreateRequest, actor string) attempt
 			return err
 		},
 	}
+}
+
+// recordError is the placement's answer when recording a create's row failed: errIdempotent
+// for a key another create holds, tenant_over_quota when a concurrent create took the last
+// of the quota since the pre-check, unavailable or internal for a store fault.
+func recordError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, berth.ErrIdempotencyConflict):
+		return errIdempotent
+	case errors.Is(err, berth.ErrOverQuota):
+		return berth.Errorf(berth.ETenantOverQuota, "%v", err)
+	}
+	return berth.Fault(err, "record sandbox")
 }
 
 // placeRestore places the existing sandbox sb, whose checkpoint image is sb.Image, on a host
@@ -164,7 +178,7 @@ func (s *scheduler) placeWith(ctx context.Context, sb berth.Sandbox, req berth.C
 		if err != nil {
 			return p.sb, err
 		}
-		placed, u := s.bind(ctx, p, c)
+		placed, u := s.bind(ctx, p, c, h)
 		if u == nil {
 			s.afterCreate(h.renewing) // counted until the agent's heartbeat lists it (LED-4)
 			return placed, nil
@@ -205,6 +219,8 @@ type hold struct {
 	res      berth.Reservation
 	renewing *renewal
 	release  func() // idempotent (scheduler.releaser)
+	// recorded: the attempt's record was written with the reservation (reserveAndRecord).
+	recorded bool
 }
 
 // unbound is how a bind failed and what it leaves to undo (unbind) and to decide (next).
@@ -290,8 +306,17 @@ func (s *scheduler) reserve(ctx context.Context, p *placing, c candidate) (*hold
 		ID: newID("rsv"), AgentID: c.host, SandboxID: p.sb.ID, MiB: c.d.ChargeMiB,
 		Owner: s.cfg.ReplicaID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.ReservationTTL),
 	}
-	ok, err := s.store.Reserve(ctx, res, now)
-	if err != nil {
+	// A create whose volume (if any) needs no pinning writes its row with the reservation.
+	together := p.at.reserveAndRecord != nil && (p.volume == "" || p.pinned)
+	var ok bool
+	var err error
+	if together {
+		sb := p.sb
+		sb.AgentID = c.host
+		if ok, err = p.at.reserveAndRecord(ctx, res, sb); err != nil {
+			return nil, err
+		}
+	} else if ok, err = s.store.Reserve(ctx, res, now); err != nil {
 		return nil, berth.Fault(err, "ledger")
 	}
 	if !ok {
@@ -301,7 +326,7 @@ func (s *scheduler) reserve(ctx context.Context, p *placing, c candidate) (*hold
 		return nil, errLedgerSaidNo
 	}
 	s.adjustPending(c.host, res.MiB)
-	return &hold{res: res, renewing: s.keepReserved(res), release: s.releaser(res)}, nil
+	return &hold{res: res, renewing: s.keepReserved(res), release: s.releaser(res), recorded: together}, nil
 }
 
 // unreserve is Unreserve: it ends an attempt's hold — stops its renewals, releases its
@@ -316,18 +341,21 @@ func (s *scheduler) unreserve(h *hold) {
 // create's row starting, holding its Idempotency-Key; a resume's resuming), has the agent
 // start it and records it running (running). It returns the running sandbox, or how it
 // failed (unbound); it never touches the reservation.
-func (s *scheduler) bind(ctx context.Context, p *placing, c candidate) (berth.Sandbox, *unbound) {
-	if u := s.pinVolume(ctx, p, c.host); u != nil {
-		return p.sb, u
+func (s *scheduler) bind(ctx context.Context, p *placing, c candidate, h *hold) (berth.Sandbox, *unbound) {
+	if !h.recorded {
+		if u := s.pinVolume(ctx, p, c.host); u != nil {
+			return p.sb, u
+		}
+		p.sb.AgentID = c.host
+		if err := p.at.record(ctx, p.sb); err != nil {
+			return p.sb, &unbound{err: err}
+		}
 	}
 	p.sb.AgentID = c.host
-	if err := p.at.record(ctx, p.sb); err != nil {
-		return p.sb, &unbound{err: err}
-	}
 	// The start is not tied to the client's patience: once sent it completes (bounded by
 	// AgentTimeout), and a sandbox whose client left is then discarded or kept for its
 	// Idempotency-Key, instead of being torn mid-start.
-	if err := s.agents.create(context.WithoutCancel(ctx), c.addr, withTTLLeft(p.at.ask(p.sb), s.cfg.Clock())); err != nil {
+	if err := s.agents.create(context.WithoutCancel(ctx), agentAt{c.host, c.addr}, withTTLLeft(p.at.ask(p.sb), s.cfg.Clock())); err != nil {
 		return p.sb, agentSaidNo(c.host, err)
 	}
 	s.recordOutcome(ctx, c.host, false, p.actor)
@@ -398,7 +426,7 @@ func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if u.stopAgent {
-		if err := s.agents.delete(cctx, c.addr, p.sb.ID); err != nil {
+		if err := s.agents.delete(cctx, agentAt{c.host, c.addr}, p.sb.ID); err != nil {
 			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", p.sb.ID, "err", err)
 		}
 	}

@@ -34,7 +34,7 @@ func newScriptedAgent(t *testing.T, answer func(berth.AgentCreate) string) *scri
 	a := &scriptedAgent{}
 	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Header.Get(berth.HeaderNodeToken) != "node-token":
+		case !fromServer(r, a.srv.URL):
 			w.WriteHeader(http.StatusUnauthorized)
 		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
 			a.creates.Add(1)
@@ -77,6 +77,23 @@ type faultyStore struct {
 
 func (f *faultyStore) Reserve(ctx context.Context, r berth.Reservation, now time.Time) (bool, error) {
 	ok, err := f.Store.Reserve(ctx, r, now)
+	if ok && err == nil {
+		f.mu.Lock()
+		f.reserved = append(f.reserved, r.SandboxID)
+		f.mu.Unlock()
+	}
+	return ok, err
+}
+
+// ReserveAndCreate runs the create hook before the one transaction a create's first write
+// is, and records the reservation when it was granted.
+func (f *faultyStore) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb berth.Sandbox, actor string, now time.Time) (bool, error) {
+	if f.beforeCreate != nil {
+		if err := f.beforeCreate(ctx, sb); err != nil {
+			return false, err
+		}
+	}
+	ok, err := f.Store.ReserveAndCreate(ctx, r, sb, actor, now)
 	if ok && err == nil {
 		f.mu.Lock()
 		f.reserved = append(f.reserved, r.SandboxID)
@@ -374,7 +391,7 @@ func TestPlaceBind(t *testing.T) {
 		must(t, err)
 		c, err := r.s.choose(ctx, p)
 		must(t, err)
-		got, u := r.s.bind(ctx, p, c)
+		got, u := r.s.bind(ctx, p, c, &hold{})
 		return p, got, u
 	}
 	state := func(t *testing.T, r *placeRig, id string) berth.Sandbox {
@@ -510,7 +527,7 @@ func TestPlaceUnbindAndNext(t *testing.T) {
 			must(t, err)
 			h, err := r.s.reserve(pctx, p, c)
 			must(t, err)
-			_, u := r.s.bind(pctx, p, c)
+			_, u := r.s.bind(pctx, p, c, h)
 			if u == nil {
 				t.Fatal("bind succeeded; the scripted agent says no")
 			}
@@ -549,6 +566,8 @@ func TestPlaceUnbindAndNext(t *testing.T) {
 // every path where an attempt was reserved and did not become a running sandbox: the ledger
 // and the snapshot keep no reservation of any of the create's attempts, no row is left
 // starting or resuming (LED-3, C20), and the answer is the one the path has always given.
+// A create's row is written in its reservation's transaction (issue 16, goal 1): when that
+// write fails (together), nothing was ever reserved, and the ledger must hold nothing.
 func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 	ctx := context.Background()
 	create := func(r *placeRig, sb berth.Sandbox, req berth.CreateRequest) func(context.Context) error {
@@ -559,6 +578,8 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 		cfg  func(*Config)
 		run  func(t *testing.T, r *placeRig) func(context.Context) error
 		want string // the answer's code; "idempotent" for errIdempotent
+		// together: the failure is in the one transaction of reservation and row.
+		together bool
 	}{
 		{name: "pinning the volume fails", want: berth.EInternal, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
@@ -581,14 +602,14 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 				sb.Stateful, sb.Volume = true, "data"
 				return create(r, sb, berth.CreateRequest{Volume: "data"})
 			}},
-		{name: "another create holds the key", want: "idempotent", run: func(t *testing.T, r *placeRig) func(context.Context) error {
+		{name: "another create holds the key", want: "idempotent", together: true, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 			first := newSandbox("key-1")
 			first.AgentID, first.State = "a", berth.SandboxRunning
 			must(t, r.st.CreateSandbox(ctx, first, "test", r.clock()))
 			return create(r, newSandbox("key-1"), berth.CreateRequest{})
 		}},
-		{name: "the tenant's quota was taken meanwhile", want: berth.ETenantOverQuota, run: func(t *testing.T, r *placeRig) func(context.Context) error {
+		{name: "the tenant's quota was taken meanwhile", want: berth.ETenantOverQuota, together: true, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 			must(t, r.st.SetQuota(ctx, berth.Quota{Tenant: "acme", MaxSandboxes: 1}, "test", r.clock()))
 			other := newSandbox("")
@@ -596,7 +617,7 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 			must(t, r.st.CreateSandbox(ctx, other, "test", r.clock()))
 			return create(r, newSandbox(""), berth.CreateRequest{})
 		}},
-		{name: "recording the attempt fails", want: berth.EInternal, run: func(t *testing.T, r *placeRig) func(context.Context) error {
+		{name: "recording the attempt fails", want: berth.EInternal, together: true, run: func(t *testing.T, r *placeRig) func(context.Context) error {
 			r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
 			r.fs.beforeCreate = func(context.Context, berth.Sandbox) error { return errors.New("disk full") }
 			return create(r, newSandbox(""), berth.CreateRequest{})
@@ -664,11 +685,14 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 				t.Fatalf("placement: %v (%s), want %s", err, got, tc.want)
 			}
 			reserved := r.fs.reservedIDs()
-			if len(reserved) == 0 {
-				t.Fatal("no attempt was reserved: the path does not reach the steps after reserve")
-			}
 			rs, err := r.st.Reservations(ctx)
 			must(t, err)
+			switch {
+			case tc.together && (len(reserved) > 0 || len(rs) > 0):
+				t.Fatalf("the row's write failed in the reservation's transaction, yet the ledger granted %v and holds %d", reserved, len(rs))
+			case !tc.together && len(reserved) == 0:
+				t.Fatal("no attempt was reserved: the path does not reach the steps after reserve")
+			}
 			for _, res := range rs {
 				if slices.Contains(reserved, res.SandboxID) {
 					t.Errorf("the ledger still holds %s for the failed placement's sandbox %s", res.ID, res.SandboxID)

@@ -292,7 +292,7 @@ func (s *Server) switchApp(ctx context.Context, a berth.App, placed berth.Sandbo
 //
 // Every second of the wait it re-reads the app: a start whose app was deleted, redeployed or
 // hibernated meanwhile gives up (errSuperseded) instead of holding its sandbox to the end.
-func (s *Server) setUpApp(ctx context.Context, addr, id string, a berth.App) error {
+func (s *Server) setUpApp(ctx context.Context, addr agentAt, id string, a berth.App) error {
 	spec := a.Spec
 	for _, p := range slices.Sorted(maps.Keys(spec.Files)) {
 		if err := s.agents.writeFile(ctx, addr, id, "/tmp/"+p, strings.NewReader(spec.Files[p]), int64(len(spec.Files[p]))); err != nil {
@@ -310,7 +310,7 @@ func (s *Server) setUpApp(ctx context.Context, addr, id string, a berth.App) err
 // command exits (service_exited, with its output) or AppStartTimeout passes. Every second of
 // the wait it re-reads the app: a start whose app was deleted, redeployed or hibernated
 // meanwhile gives up (errSuperseded).
-func (s *Server) waitServing(ctx context.Context, addr, id string, a berth.App) error {
+func (s *Server) waitServing(ctx context.Context, addr agentAt, id string, a berth.App) error {
 	spec := a.Spec
 	deadline := time.Now().Add(s.cfg.AppStartTimeout)
 	for polls := 0; ; {

@@ -28,7 +28,7 @@ type gatedAgent struct {
 func newGatedAgent(t *testing.T) *gatedAgent {
 	g := &gatedAgent{gate: make(chan struct{}), first: make(chan string, 1)}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(berth.HeaderNodeToken) != "node-token" {
+		if !fromServer(r, g.srv.URL) {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}

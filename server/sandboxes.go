@@ -362,36 +362,36 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 
 // agentAddress returns the base URL of an agent's internal API: from the placement
 // snapshot when it knows the agent, else from the store.
-func (s *Server) agentAddress(ctx context.Context, agentID string) (string, error) {
+func (s *Server) agentAddress(ctx context.Context, agentID string) (agentAt, error) {
 	if addr, ok := s.sched.address(agentID); ok {
-		return addr, nil
+		return agentAt{ID: agentID, URL: addr}, nil
 	}
 	a, err := s.store.Agent(ctx, agentID)
 	if err != nil {
-		return "", fmt.Errorf("agent %s: %w", agentID, err)
+		return agentAt{ID: agentID}, fmt.Errorf("agent %s: %w", agentID, err)
 	}
-	return a.Address, nil
+	return agentAt{ID: agentID, URL: a.Address}, nil
 }
 
 // runningOn returns the address of the agent running sandbox id, or conflict when the
 // sandbox is not running.
-func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.Sandbox, string, error) {
+func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.Sandbox, agentAt, error) {
 	sb, err := s.sandboxFor(ctx, p, id)
 	if err != nil {
-		return sb, "", err
+		return sb, agentAt{}, err
 	}
 	if sb.State == berth.SandboxPaused {
-		return sb, "", berth.Errorf(berth.EConflict, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)", id, id)
+		return sb, agentAt{}, berth.Errorf(berth.EConflict, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)", id, id)
 	}
 	if sb.State != berth.SandboxRunning {
-		return sb, "", berth.Errorf(berth.EConflict, "sandbox %s is %s, not running", id, sb.State)
+		return sb, agentAt{}, berth.Errorf(berth.EConflict, "sandbox %s is %s, not running", id, sb.State)
 	}
 	addr, err := s.agentAddress(ctx, sb.AgentID)
 	if err != nil {
 		if errors.Is(err, berth.ErrNotFound) { // the agent's row is gone: it will not come back
-			return sb, "", berth.Wrap(berth.EUnavailable, err, "agent %s is unknown", sb.AgentID)
+			return sb, agentAt{}, berth.Wrap(berth.EUnavailable, err, "agent %s is unknown", sb.AgentID)
 		}
-		return sb, "", berth.Fault(err, "read agent %s", sb.AgentID)
+		return sb, agentAt{}, berth.Fault(err, "read agent %s", sb.AgentID)
 	}
 	return sb, addr, nil
 }

@@ -25,7 +25,8 @@ type scheduler struct {
 	metrics *metrics
 
 	mu       sync.RWMutex
-	hosts    []placement.Host
+	hosts    []placement.Host // indexed by snap (the same slice): change a host only through snap.Set
+	snap     *placement.Snapshot
 	index    map[string]int // agent id → position in hosts
 	addrs    []string       // agent base URLs, parallel to hosts
 	totals   []int64        // agents' memory_mb_total, parallel to hosts
@@ -33,17 +34,22 @@ type scheduler struct {
 	qEnd     time.Time      // the earliest quarantine end in the snapshot: refresh then (probation)
 	loadedAt time.Time
 
+	refreshSem chan struct{} // one refreshIfStale read of the store at a time (single flight)
+
 	raMu  sync.Mutex // guards the cached Retry-After estimate and ended
 	raAt  time.Time
 	raVal time.Duration
+	// raSoon is, with raVal, the most MiB any open working-set host will have once its
+	// reserves are measured (reserveRoom); -1 when no such host holds a reserve.
+	raSoon int64
 	// ended is when this replica last stopped a sandbox on each agent: room its next
 	// heartbeat will show, which the Retry-After estimate counts (API-3).
 	ended map[string]time.Time
 }
 
 func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *scheduler {
-	return &scheduler{store: st, cfg: cfg, agents: ac, metrics: m,
-		index: map[string]int{}, ended: map[string]time.Time{}}
+	return &scheduler{store: st, cfg: cfg, agents: ac, metrics: m, snap: placement.NewSnapshot(nil),
+		index: map[string]int{}, ended: map[string]time.Time{}, refreshSem: make(chan struct{}, 1)}
 }
 
 // refresh re-reads agents and pending reservations from the store into the snapshot.
@@ -70,8 +76,9 @@ func (s *scheduler) refresh(ctx context.Context) error {
 		failures[i] = a.CreateFailures
 		index[a.AgentID] = i
 	}
+	snap := placement.NewSnapshot(hosts)
 	s.mu.Lock()
-	s.hosts, s.addrs, s.totals, s.failures, s.index, s.loadedAt = hosts, addrs, totals, failures, index, now
+	s.hosts, s.snap, s.addrs, s.totals, s.failures, s.index, s.loadedAt = hosts, snap, addrs, totals, failures, index, now
 	s.qEnd = time.Time{}
 	for _, a := range agents {
 		s.noteQuarantine(a.QuarantinedUntil, now)
@@ -108,15 +115,32 @@ func (s *scheduler) noteQuarantine(until, now time.Time) {
 
 // refreshIfStale re-reads the store when the snapshot is older than the cache TTL (PLC-5) or
 // a quarantine in it has ended (its host is back on probation, PLC-9).
+//
+// It is single-flight (issue 16, goal 2): callers that find the snapshot stale while another
+// is re-reading it wait for that read and use it, instead of each reading the whole agent
+// table again; only a caller that still finds it stale after the wait reads.
 func (s *scheduler) refreshIfStale(ctx context.Context) error {
-	now := s.cfg.Clock()
-	s.mu.RLock()
-	stale := now.Sub(s.loadedAt) > s.cfg.CacheTTL || (!s.qEnd.IsZero() && !now.Before(s.qEnd))
-	s.mu.RUnlock()
-	if !stale {
+	if !s.stale() {
 		return nil
 	}
+	select {
+	case s.refreshSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.refreshSem }()
+	if !s.stale() {
+		return nil // refreshed while this caller waited
+	}
 	return s.refresh(ctx)
+}
+
+// stale reports whether the snapshot is older than the cache TTL or holds an ended quarantine.
+func (s *scheduler) stale() bool {
+	now := s.cfg.Clock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return now.Sub(s.loadedAt) > s.cfg.CacheTTL || (!s.qEnd.IsZero() && !now.Before(s.qEnd))
 }
 
 // observe folds a heartbeat this replica just stored into the snapshot, so the cache stays
@@ -129,7 +153,7 @@ func (s *scheduler) observe(a berth.Agent) {
 		s.loadedAt = time.Time{} // unknown agent: force a refresh on the next create
 		return
 	}
-	s.hosts[i] = hostOf(a, s.hosts[i].PendingMiB, s.cfg.Clock())
+	s.snap.Set(i, hostOf(a, s.hosts[i].PendingMiB, s.cfg.Clock()))
 	s.failures[i] = a.CreateFailures
 	s.noteQuarantine(a.QuarantinedUntil, s.cfg.Clock())
 	s.addrs[i] = a.Address
@@ -195,7 +219,9 @@ func (s *scheduler) canCheckpoint(agentID string) bool {
 func (s *scheduler) adjustPending(agentID string, delta int64) {
 	s.mu.Lock()
 	if i, ok := s.index[agentID]; ok {
-		s.hosts[i].PendingMiB = max(s.hosts[i].PendingMiB+delta, 0)
+		h := s.hosts[i]
+		h.PendingMiB = max(h.PendingMiB+delta, 0)
+		s.snap.Set(i, h)
 	}
 	s.mu.Unlock()
 }
@@ -224,7 +250,8 @@ func (s *scheduler) recordOutcome(ctx context.Context, agentID string, failed bo
 	s.observe(a)
 }
 
-// pick runs placement.Pick over the snapshot under the read lock (no I/O under it, PLC-8).
+// pick runs placement's Snapshot.Pick over the snapshot under the read lock (no I/O under
+// it, PLC-8).
 func (s *scheduler) pick(req placement.Request, excluded map[string]string) (placement.Decision, string, string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -235,7 +262,7 @@ func (s *scheduler) pick(req placement.Request, excluded map[string]string) (pla
 		}
 	}
 	start := time.Now()
-	d := placement.Pick(s.hosts, req, s.cfg.Clock().UnixNano(),
+	d := s.snap.Pick(req, s.cfg.Clock().UnixNano(),
 		placement.Options{StaleAfterNano: int64(s.cfg.StaleAfter), Strategy: s.cfg.Strategy}, rand.Uint64())
 	s.metrics.pickSeconds.Observe(time.Since(start).Seconds())
 	if d.Index < 0 {
@@ -278,7 +305,7 @@ func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.
 	}
 	e := &berth.Error{Code: code, Hosts: d.Hosts()}
 	e.Message = refusalMessage(d)
-	e.RetryAfter = s.retryAfter(ctx, code)
+	e.RetryAfter = s.retryAfter(ctx, code, admission.Charge(berth.AdmissionWorkingSet, sb.MemoryMiB, sb.Stateful))
 	s.metrics.refusals.WithLabelValues(code).Inc()
 	if code == berth.ENoHealthyAgents {
 		// PLC-4: this pages a human.
@@ -318,24 +345,31 @@ func refusalMessage(d placement.Decision) string {
 	return msg
 }
 
-// retryAfter estimates when a retry may succeed (API-3): the earliest moment a running
-// sandbox's TTL or an outstanding reservation expires on a host that could take work (fresh,
-// not draining, quarantined or closed), plus one heartbeat for the agent to report it,
-// clamped into [1 s, 60 s]; 5 s when nothing there expires; one heartbeat (at least 1 s) when
-// this replica stopped a sandbox on such a host since its last heartbeat (a delete frees room
-// the next heartbeat shows, long before any TTL). no_healthy_agents gets a longer,
-// fixed 30 s: it waits for a human or a new host. The estimate is reused for a second, so a
+// retryAfter estimates when a retry of a create charged chargeMiB on a working-set host
+// (admission.Charge) may succeed (API-3). Hosts that could take work are the fresh ones not
+// draining, quarantined or closed. The answer is the first that applies of:
+//   - no_healthy_agents: a fixed 30 s, it waits for a human or a new host;
+//   - one heartbeat (at least 1 s) when this replica stopped a sandbox on such a host since
+//     its last heartbeat: a delete frees room the next heartbeat shows, long before any TTL;
+//   - reserveHint (one heartbeat plus one measurement) when such a host in working-set mode
+//     will have chargeMiB free once the reserves it holds are measured (reserveRoom; issue 16,
+//     goal 6): a fleet full only of unmeasured reserves gets its room back at the next
+//     measurement, not when the 60 s ledger TTL runs out (ADM-5, LED-4);
+//   - the earliest moment a running sandbox's TTL or an outstanding reservation expires on
+//     such a host, plus one heartbeat, clamped into [1 s, 60 s]; 5 s when nothing expires.
+//
+// The store is read at most once a second per replica (the figures are reused), so a
 // refusal storm does not scan the store once per refusal.
-func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
+func (s *scheduler) retryAfter(ctx context.Context, code string, chargeMiB int64) time.Duration {
 	if code == berth.ENoHealthyAgents {
 		return 30 * time.Second
 	}
 	now := s.cfg.Clock()
 	s.raMu.Lock()
 	if now.Sub(s.raAt) < time.Second && now.After(s.raAt) {
-		d := s.raVal
+		d, soon := s.raVal, s.raSoon
 		s.raMu.Unlock()
-		return d
+		return s.soonerByReserves(d, soon, chargeMiB)
 	}
 	ended := maps.Clone(s.ended)
 	s.raMu.Unlock()
@@ -355,35 +389,109 @@ func (s *scheduler) retryAfter(ctx context.Context, code string) time.Duration {
 	s.mu.RUnlock()
 	if freed {
 		// The room shows at that host's next heartbeat.
-		return s.keepRetryAfter(now, max(s.cfg.HeartbeatInterval, time.Second))
+		return s.keepRetryAfter(now, max(s.cfg.HeartbeatInterval, time.Second), -1)
 	}
+	d, soon := s.estimate(ctx, now, open)
+	return s.soonerByReserves(s.keepRetryAfter(now, d, soon), soon, chargeMiB)
+}
+
+// estimate reads the store for retryAfter: the TTL estimate (the earliest expiry on the open
+// hosts plus one heartbeat, clamped into [1 s, 60 s]; 5 s when nothing there expires) and the
+// room reserves give back soon (reserveRoom).
+func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string]bool) (time.Duration, int64) {
 	earliest := time.Time{}
 	consider := func(agent string, t time.Time) {
 		if open[agent] && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
 			earliest = t
 		}
 	}
-	if sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxRunning, Limit: 100000}); err == nil {
+	live := map[string]berth.Sandbox{} // running and starting sandboxes by id, for reserveRoom
+	for _, state := range []berth.SandboxState{berth.SandboxRunning, berth.SandboxStarting} {
+		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: state, Limit: 100000})
+		if err != nil {
+			continue
+		}
 		for _, sb := range sbs {
-			consider(sb.AgentID, sb.ExpiresAt)
+			live[sb.ID] = sb
+			if state == berth.SandboxRunning {
+				consider(sb.AgentID, sb.ExpiresAt)
+			}
 		}
 	}
-	if rs, err := s.store.Reservations(ctx); err == nil {
+	rs, err := s.store.Reservations(ctx)
+	if err == nil {
 		for _, r := range rs {
 			consider(r.AgentID, r.ExpiresAt)
 		}
+	}
+	soon := int64(-1)
+	if agents, err := s.store.Agents(ctx); err == nil {
+		soon = reserveRoom(agents, open, live, rs)
 	}
 	d := 5 * time.Second
 	if !earliest.IsZero() {
 		d = min(max(earliest.Sub(now)+s.cfg.HeartbeatInterval, time.Second), 60*time.Second)
 	}
-	return s.keepRetryAfter(now, d)
+	return d, soon
 }
 
-// keepRetryAfter caches the estimate d made at now for a second and returns it.
-func (s *scheduler) keepRetryAfter(now time.Time, d time.Duration) time.Duration {
+// reserveHint is how long until a reserve held now has been measured and reported: one
+// measurement (agents measure every min(1 s, heartbeat) by default, ADM-5) and the
+// heartbeat after it, at least 1 s, at most 60 s.
+func (s *scheduler) reserveHint() time.Duration {
+	hb := max(s.cfg.HeartbeatInterval, time.Second)
+	return min(hb+min(hb, time.Second), 60*time.Second)
+}
+
+// soonerByReserves returns d, or reserveHint when that is sooner and a create charged
+// chargeMiB fits the room soon MiB that reserves give back (soon < 0: none).
+func (s *scheduler) soonerByReserves(d time.Duration, soon, chargeMiB int64) time.Duration {
+	if soon >= 0 && chargeMiB <= soon {
+		return min(d, s.reserveHint())
+	}
+	return d
+}
+
+// reserveRoom returns the most MiB any open working-set host will have free once the reserves
+// it holds now are replaced by measurements (ADM-5, LED-4) — counting each measurement as
+// 0 MiB, the most it could give back — or -1 when no open working-set host holds a reserve.
+// A host's reserves are its ledger reservations for stateless sandboxes (netted at its next
+// heartbeat, then charged as the agent's own reserve until measured) and the reserves of the
+// stateless guests its last heartbeat listed unmeasured. Stateful guests and committed hosts
+// are charged in full whatever a measurement says, so they give nothing back. live maps the
+// running and starting sandboxes by id; a reservation or guest not in it counts as nothing.
+func reserveRoom(agents []berth.Agent, open map[string]bool, live map[string]berth.Sandbox, rs []berth.Reservation) int64 {
+	pending := map[string]int64{} // ledger MiB per agent, as Pick subtracts it
+	back := map[string]int64{}    // of which stateless creates' reserves
+	for _, r := range rs {
+		pending[r.AgentID] += r.MiB
+		if sb, ok := live[r.SandboxID]; ok && !sb.Stateful {
+			back[r.AgentID] += r.MiB
+		}
+	}
+	best := int64(-1)
+	for _, a := range agents {
+		if !open[a.AgentID] || a.MemoryAdmission != berth.AdmissionWorkingSet {
+			continue
+		}
+		held := back[a.AgentID]
+		for _, g := range a.Sandboxes {
+			if sb, ok := live[g.ID]; ok && !g.Measured && !sb.Stateful {
+				held += admission.Reserve(sb.MemoryMiB)
+			}
+		}
+		if held > 0 {
+			best = max(best, a.MemoryMiBAdmittable-pending[a.AgentID]+held)
+		}
+	}
+	return best
+}
+
+// keepRetryAfter caches the estimate d and the reserves' room soon (reserveRoom) made at now
+// for a second and returns d.
+func (s *scheduler) keepRetryAfter(now time.Time, d time.Duration, soon int64) time.Duration {
 	s.raMu.Lock()
-	s.raAt, s.raVal = now, d
+	s.raAt, s.raVal, s.raSoon = now, d, soon
 	s.raMu.Unlock()
 	return d
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -29,6 +30,15 @@ type fakeAgent struct {
 	deletes atomic.Int64
 }
 
+// fromServer reports whether r carries a server's call token and not the node token: these
+// fakes do not know the id they were announced under, so they check the token's shape (the
+// agent's own check is TestAgentCallTokenIsPerAddress; the server's, the TestTRUST_ tests).
+func fromServer(r *http.Request, _ string) bool {
+	tok := r.Header.Get(berth.HeaderAgentCall)
+	_, err := hex.DecodeString(tok)
+	return len(tok) == 64 && err == nil && r.Header.Get(berth.HeaderNodeToken) == ""
+}
+
 func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
 	return newSlowFakeAgent(t, refuse, 0)
 }
@@ -36,7 +46,7 @@ func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
 func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAgent {
 	f := &fakeAgent{refuse: refuse, delay: delay}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(berth.HeaderNodeToken) != "node-token" {
+		if !fromServer(r, f.srv.URL) {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -170,6 +169,7 @@ type Server struct {
 	metrics   *metrics
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
 	stopping  sync.Map               // agent id → a stopEnded round in flight
+	stopSwept sync.Map               // agent id → when stopEnded last checked all it holds (time.Time)
 	log       *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
 	// this replica; appSeen when each app last had a request open here (its start, while
@@ -190,9 +190,17 @@ type Server struct {
 	appTransport *http.Transport
 	appWatchMu   sync.Mutex
 	appWatchers  map[string]chan struct{} // name → closed at this replica's next write of it
+	// stopRounds bounds the AGT-6 rounds (stopEnded) running at once (maxStopRounds).
+	stopRounds chan struct{}
 	// lastForget is when keyed calls were last forgotten (unix ms, C26).
 	lastForget atomic.Int64
 }
+
+// maxStopRounds is how many AGT-6 rounds (stopEnded: a store read, then deletes to one
+// agent) a replica runs at once. Unbounded, a replica meeting 10,000 agents started 10,000
+// of them and their queries took every pooled store connection from creates (issue 16,
+// goal 2's fleet run: creates waited over 30 s).
+const maxStopRounds = 4
 
 // New returns a server over st. Zero fields of cfg take their defaults.
 func New(cfg Config, st berth.Store) *Server {
@@ -205,7 +213,7 @@ func New(cfg Config, st berth.Store) *Server {
 		})
 	}
 	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
-	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout, cfg.AgentTLS)
+	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout, cfg.AgentTLS, cfg.RequireAgentTLS)
 	return &Server{
 		cfg:          cfg,
 		store:        st,
@@ -219,24 +227,24 @@ func New(cfg Config, st berth.Store) *Server {
 		retained:     newRetentionCounter(cfg.Registry),
 		log:          cfg.Logger,
 		appKick:      make(chan struct{}, 1),
+		stopRounds:   make(chan struct{}, maxStopRounds),
 		appWatchers:  map[string]chan struct{}{},
-		appTransport: newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS),
+		appTransport: newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
 	}
 }
 
 // newAppTransport carries app requests to agents, keeping connections to each agent warm;
 // headerTimeout bounds the wait for an app's response headers (AppHeaderTimeout); agentTLS
-// is Config.AgentTLS.
-func newAppTransport(headerTimeout time.Duration, agentTLS *tls.Config) *http.Transport {
-	return &http.Transport{
-		TLSClientConfig: agentTLS,
-		Proxy:           nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+// and requireTLS are Config.AgentTLS and Config.RequireAgentTLS (agentDial).
+func newAppTransport(headerTimeout time.Duration, agentTLS *tls.Config, requireTLS bool) *http.Transport {
+	t := &http.Transport{
+		Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 		// C28: a host that never accepts, or accepts and never answers, does not hold
 		// the request (and a connection) until the client gives up.
-		DialContext:           (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   agentDialTimeout,
 		ResponseHeaderTimeout: headerTimeout,
 	}
+	agentDial(t, agentTLS, requireTLS)
+	return t
 }
 
 // withDefaults returns cfg with every zero knob at its default (DefaultConfig), a random

@@ -28,7 +28,7 @@ import (
 
 func newBenchCmd(cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load tools for measuring the control plane (loopback and your own fleet only)"}
-	cmd.AddCommand(newBenchCreateCmd(cf), newBenchAgentsCmd(), newBenchAppCmd(cf))
+	cmd.AddCommand(newBenchCreateCmd(cf), newBenchAgentsCmd(), newBenchAppCmd(cf), newBenchFleetCmd())
 	return cmd
 }
 
@@ -42,6 +42,9 @@ type benchConfig struct {
 	Template   string
 	MemoryMiB  int64
 	Cleanup    bool
+	// AfterCreates, when set, runs when the creates stopped, before the ledger is read and
+	// the cleanup deletes (bench fleet reads the store's round trips there).
+	AfterCreates func()
 }
 
 // benchResult is what one run measured. Latencies are of single attempts (no client retry).
@@ -138,6 +141,9 @@ func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	slices.Sort(res.Latency)
+	if cfg.AfterCreates != nil {
+		cfg.AfterCreates()
+	}
 	res.Outstanding, res.OutstandingM = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
 	if cfg.Cleanup {
 		benchCleanup(ctx, hc, cfg.Key, created, cfg.Clients)

@@ -48,6 +48,9 @@ type devConfig struct {
 	// agentHook, for tests, adjusts agent i's config (0-based) before it starts, e.g. to
 	// watch a loopback metadata server for notices.
 	agentHook func(i int, c *agent.Config)
+
+	// WarmPool is each agent's --warm-pool (issue 16, goal 5; default none).
+	WarmPool []agent.WarmPoolEntry
 }
 
 func defaultDevConfig() devConfig {
@@ -110,6 +113,7 @@ func newDevCmd() *cobra.Command {
 	cfg.Bounds.register(f)
 	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.Int64Var(&cfg.EvictFloorMiB, "evict-floor-mb", 0, "evict stateless sandboxes when an agent's available memory stays under this, MiB (ADM-9; default 5 % of its budget)")
+	registerWarmPool(f, &cfg.WarmPool)
 	return cmd
 }
 
@@ -272,6 +276,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		acfg.ReserveTTL = cfg.ReservationTTL
 		acfg.VolumeDir = filepath.Join(data, "volumes", id) // beside, never under, the sandboxes' directory
 		acfg.EvictFloorMiB = cfg.EvictFloorMiB
+		acfg.WarmPool = cfg.WarmPool
 		acfg.SnapshotStore = snapshots
 		acfg.SnapshotDir = filepath.Join(data, "cache", id, "snapshots") // a cache: rebuildable (POOL-4)
 		acfg.ServerURL = s.URL

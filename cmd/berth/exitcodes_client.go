@@ -7,6 +7,7 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -78,7 +79,14 @@ func (f *clientFlags) client() (*client.Client, error) {
 	}
 	opts := append([]client.Option{client.WithRetryNotify(notify), client.WithDeadline(wait),
 		client.WithHTTPClient(cliHTTP)}, f.opts...)
-	if f.ca != "" {
+	scheme := "" // serverURL checked it parses; url.Parse lower-cases it
+	if u, err := url.Parse(base); err == nil {
+		scheme = u.Scheme
+	}
+	switch {
+	case f.ca != "" && scheme == "http" && f.changed != nil && f.changed("ca"):
+		return nil, badInput("--ca is for an https:// server, and %s is http://: the key would cross in clear", base)
+	case f.ca != "" && scheme == "https": // BERTH_CA does not apply to an http:// URL
 		if _, err := tlsconf.CAPool(f.ca); err != nil {
 			return nil, badInput("--ca: %v", err)
 		}
@@ -154,11 +162,16 @@ func (f *clientFlags) explain(err error) error {
 	var cu *client.CapacityUnavailable
 	var te *client.TransportError
 	var untrusted *tls.CertificateVerificationError
+	var invalid x509.CertificateInvalidError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &cu):
 		return &explained{msg: capacityMessage(cu, f.wait), err: err}
+	case errors.As(err, &te) && strings.Contains(te.Err.Error(), "server gave HTTP response to HTTPS client"):
+		return &usageError{err: &explained{msg: fmt.Sprintf("the Berth server at %s speaks plain HTTP, not TLS: use an http:// URL, or start the server with --tls-cert and --tls-key", te.Server), err: err}}
+	case errors.As(err, &te) && errors.As(te.Err, &invalid) && (invalid.Reason == x509.Expired):
+		return &explained{msg: fmt.Sprintf("the Berth server at %s presents a certificate that is expired or not yet valid (%s): renew it on the server, or check this machine's clock", te.Server, te.Reason()), err: err}
 	case errors.As(err, &te) && errors.As(te.Err, &untrusted):
 		// Exit 2: the same command fails the same way until --ca or --url changes.
 		return &usageError{err: &explained{msg: fmt.Sprintf("the Berth server at %s presents a certificate this CLI does not trust (%s): "+

@@ -79,7 +79,7 @@ func newRootCmd(cf *clientFlags) *cobra.Command {
 	// The key's default is read when it is used, never shown: --help must not print a secret.
 	root.PersistentFlags().StringVar(&cf.key, "key", "", "API key (default: env BERTH_KEY, else the file --key-file)")
 	root.PersistentFlags().StringVar(&cf.keyFile, "key-file", defaultDataDir()+"/admin.key", "file holding the API key when neither --key nor BERTH_KEY is set")
-	root.PersistentFlags().StringVar(&cf.ca, "ca", os.Getenv("BERTH_CA"), "PEM file of the CA that signed an https:// server's certificate, trusted instead of the system's roots (env BERTH_CA); `berth agent` trusts it for --server")
+	root.PersistentFlags().StringVar(&cf.ca, "ca", os.Getenv("BERTH_CA"), "PEM file of the CA that signed an https:// server's certificate, trusted instead of the system's roots (env BERTH_CA); berth agent trusts it for --server")
 	root.PersistentFlags().DurationVar(&cf.wait, "wait", 90*time.Second, "how long to keep retrying refusals (503) and an unreachable server (SDK-1); 0: try once")
 	root.AddCommand(newDevCmd(), newServerCmd(), newAgentCmd(cf), newSandboxCmd(cf), newAgentsCmd(cf), newTemplatesCmd(cf), newEventsCmd(cf), newTenantsCmd(cf), newAppsCmd(cf), newPlanCmd(), newSimCmd(), newBenchCmd(cf), newVersionCmd())
 	return root

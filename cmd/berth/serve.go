@@ -60,7 +60,7 @@ func newServerCmd() *cobra.Command {
 			if cfg.AgentTLS, err = agentTLS(agentCA); err != nil {
 				return err
 			}
-			cfg.RequireAgentTLS = tlsCfg != nil
+			cfg.RequireAgentTLS = tlsCfg != nil || agentCA != "" // serving TLS, or told whom agents' certificates come from
 			ctx := cmd.Context()
 			// The address first: a replica that cannot serve writes nothing (no admin.key,
 			// no berth.db) that a CLI would then send to whatever holds the port.
@@ -126,7 +126,7 @@ func newServerCmd() *cobra.Command {
 	registerRetention(f, &retention)
 	bounds.register(f)
 	tf.register(f, "the API")
-	f.StringVar(&agentCA, "agent-ca", "", "PEM file of the CA that signed the agents' --tls-cert certificates (default: the system's roots). With --tls-cert this server calls agents over TLS only")
+	f.StringVar(&agentCA, "agent-ca", "", "PEM file of the CA that signed the agents' --tls-cert certificates (default: the system's roots). With it, or with --tls-cert, this server calls agents over TLS only")
 	return cmd
 }
 
@@ -201,11 +201,10 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 			if cfg.TLS, err = tf.config(cfg.Logger); err != nil {
 				return err
 			}
-			if cfg.ServerCAFile = cf.ca; cf.ca != "" {
-				if _, err := tlsconf.CAPool(cf.ca); err != nil {
-					return berth.Wrap(berth.EInvalidRequest, err, "--ca")
-				}
+			if err := checkAgentServerURL(cfg.ServerURL, cf.ca, cfg.TLS != nil, cfg.Logger); err != nil {
+				return err
 			}
+			cfg.ServerCAFile = cf.ca
 			// Multi-host checks and defaults (README "Many replicas on PostgreSQL"), before
 			// anything starts: the servers must be able to dial us, and --dir is ours alone.
 			if err := checkAgentReach(cfg.ServerURL, cfg.Listen, cfg.Advertise); err != nil {
@@ -222,6 +221,9 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 				if cfg.ID, err = defaultAgentID(host, dir); err != nil {
 					return err
 				}
+			}
+			if err := berth.CheckAgentID(cfg.ID); err != nil {
+				return err
 			}
 			switch notices {
 			case "auto":
@@ -267,6 +269,7 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 	f.Int64Var(&cfg.HeadroomMiB, "headroom-mb", cfg.HeadroomMiB, "memory kept back from the budget, MiB (must be below the budget: the agent refuses to start otherwise)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat period (AGT-1)")
 	f.IntVar(&cfg.MaxStarts, "max-starts", cfg.MaxStarts, "concurrent starts (ADM-10)")
+	registerWarmPool(f, &cfg.WarmPool)
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "internal API address to listen on, HOST:PORT (0.0.0.0:PORT: every interface)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "HOST[:PORT] the servers dial to reach this agent (default: the --listen address; the port defaults to the listener's). Refused when loopback while --server is another machine")
 	f.StringVar(&dir, "dir", dir, "directory for sandbox files")

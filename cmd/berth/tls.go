@@ -7,6 +7,8 @@ package main
 import (
 	"crypto/tls"
 	"log/slog"
+	"net"
+	"net/url"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/tlsconf"
@@ -46,4 +48,31 @@ func agentTLS(caFile string) (*tls.Config, error) {
 		return nil, berth.Wrap(berth.EInvalidRequest, err, "--agent-ca")
 	}
 	return cfg, nil
+}
+
+// checkAgentServerURL holds `berth agent`'s --server to the TLS the agent was given (issue
+// 15): with --ca or --tls-cert an http:// server is refused (invalid_request) — the join
+// token and the credential would cross in clear to a server the operator meant to be
+// encrypted — and a usable --ca is required to read; an http:// server beyond loopback
+// without either is a warning.
+func checkAgentServerURL(serverURL, caFile string, servesTLS bool, log *slog.Logger) error {
+	u, err := url.Parse(serverURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return berth.Errorf(berth.EInvalidRequest, "--server %q: want http://HOST:PORT or https://HOST:PORT", serverURL)
+	}
+	if u.Scheme == "http" {
+		if caFile != "" || servesTLS {
+			return berth.Errorf(berth.EInvalidRequest, "--server %s is http://, but this agent was given --ca or --tls-cert: use the server's https:// URL (the join token and credential would cross in clear)", serverURL)
+		}
+		if ip := net.ParseIP(u.Hostname()); (ip == nil || !ip.IsLoopback()) && u.Hostname() != "localhost" {
+			log.Warn("--server is http:// on the network: the join token and this agent's credential cross it in clear; use https:// with --ca", "server", serverURL)
+		}
+		return nil
+	}
+	if caFile != "" {
+		if _, err := tlsconf.CAPool(caFile); err != nil {
+			return berth.Wrap(berth.EInvalidRequest, err, "--ca")
+		}
+	}
+	return nil
 }

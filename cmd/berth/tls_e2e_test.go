@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,6 +221,8 @@ func TestTLSFlagsRefused(t *testing.T) {
 		{"--server", "https://127.0.0.1:1", "--tls-cert", cert},
 		{"--server", "https://127.0.0.1:1", "--tls-cert", cert, "--tls-key", cert},
 		{"--server", "https://127.0.0.1:1", "--ca", missing},
+		{"--server", "http://127.0.0.1:1", "--ca", ca.File},
+		{"--server", "http://127.0.0.1:1", "--tls-cert", cert, "--tls-key", key},
 	} {
 		if err := agentMain(t, args...); berth.ErrorCode(err) != berth.EInvalidRequest {
 			t.Errorf("berth agent %v: %v, want invalid_request", args, err)
@@ -226,6 +230,19 @@ func TestTLSFlagsRefused(t *testing.T) {
 	}
 	if r := runCLI(t, "", "--url", "https://127.0.0.1:1", "--key", "k", "--ca", missing, "agents", "list"); r.code != exitInvalid || !strings.Contains(r.stderr, missing) {
 		t.Errorf("--ca %s: exit %d, stderr %q; want %d naming the file", missing, r.code, r.stderr, exitInvalid)
+	}
+	// A key is never sent in clear to a server the user gave a CA for.
+	var reached atomic.Int64
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	t.Cleanup(plain.Close)
+	for _, u := range []string{plain.URL, strings.Replace(plain.URL, "http://", "HTTP://", 1)} {
+		if r := runCLI(t, "", "--url", u, "--key", "k", "--ca", ca.File, "agents", "list"); r.code != exitInvalid || !strings.Contains(r.stderr, "in clear") || reached.Load() != 0 {
+			t.Errorf("--ca with %s: exit %d, stderr %q, server reached %d times; want %d, nothing sent", u, r.code, r.stderr, reached.Load(), exitInvalid)
+		}
+	}
+	// https:// to a plaintext server is named as such.
+	if r := runCLI(t, "", "--url", strings.Replace(plain.URL, "http://", "https://", 1), "--key", "k", "--wait", "0", "agents", "list"); r.code != exitInvalid || !strings.Contains(r.stderr, "speaks plain HTTP") {
+		t.Errorf("https:// to a plaintext server: exit %d, stderr %q; want %d saying it speaks plain HTTP", r.code, r.stderr, exitInvalid)
 	}
 }
 

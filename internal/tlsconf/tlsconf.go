@@ -9,15 +9,19 @@ package tlsconf
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
+	"time"
 )
 
 // MinVersion is the oldest TLS version any Berth endpoint accepts.
@@ -35,6 +39,10 @@ type Certificate struct {
 	keyPEM  []byte
 	badCert []byte // the content whose load last failed, so a bad pair is logged once
 	badKey  []byte
+	// badFrom is when the failed pair becomes valid, when that was its only fault (a renewal
+	// issued a little ahead): it is loaded then, without the files changing again.
+	badFrom time.Time
+	now     func() time.Time // time.Now; tests move it
 	// unreadable is set while the files cannot be read, so that is logged once.
 	unreadable bool
 }
@@ -50,17 +58,31 @@ func LoadCertificate(certFile, keyFile string, log *slog.Logger) (*Certificate, 
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Certificate{certFile: certFile, keyFile: keyFile, log: log}
+	c := &Certificate{certFile: certFile, keyFile: keyFile, log: log, now: time.Now}
 	certPEM, keyPEM, err := c.read()
 	if err != nil {
 		return nil, err
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := loadPair(certPEM, keyPEM, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("TLS certificate %s with key %s: %w", certFile, keyFile, err)
 	}
 	c.cur, c.certPEM, c.keyPEM = &pair, certPEM, keyPEM
 	return c, nil
+}
+
+// loadPair parses a certificate and key and refuses a leaf outside its validity period at
+// now: serving it would fail every client's verification.
+func loadPair(certPEM, keyPEM []byte, now time.Time) (tls.Certificate, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return pair, err
+	}
+	if l := pair.Leaf; now.Before(l.NotBefore) || now.After(l.NotAfter) {
+		return pair, fmt.Errorf("the certificate is valid from %s to %s, not now (%s)",
+			l.NotBefore.UTC().Format(time.RFC3339), l.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return pair, nil
 }
 
 func (c *Certificate) read() (certPEM, keyPEM []byte, err error) {
@@ -75,9 +97,10 @@ func (c *Certificate) read() (certPEM, keyPEM []byte, err error) {
 
 // GetCertificate is the tls.Config hook: it re-reads both files at every handshake (two small
 // reads, far cheaper than the handshake itself) and serves the new pair when their content
-// changed and they form a valid pair. A pair that fails (a rotation half-written, a key that
-// does not match) is logged once and the previous certificate is served until the files
-// are right. It never returns an error.
+// changed and they form a valid pair whose certificate is valid now. A pair that fails (a
+// rotation half-written, a key that does not match, an expired or not yet valid certificate)
+// is logged once and the previous certificate is served until the files are right — or, for
+// a certificate not valid yet, until it is. It never returns an error.
 func (c *Certificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -99,19 +122,41 @@ func (c *Certificate) reloadLocked() {
 		return
 	case bytes.Equal(certPEM, c.certPEM) && bytes.Equal(keyPEM, c.keyPEM):
 		return
-	case bytes.Equal(certPEM, c.badCert) && bytes.Equal(keyPEM, c.badKey):
+	case bytes.Equal(certPEM, c.badCert) && bytes.Equal(keyPEM, c.badKey) && (c.badFrom.IsZero() || c.now().Before(c.badFrom)):
 		return
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	now := c.now()
+	pair, err := loadPair(certPEM, keyPEM, now)
 	if err != nil {
-		c.badCert, c.badKey = certPEM, keyPEM
-		c.log.Warn("TLS certificate files changed but do not form a valid pair; serving the previous certificate",
+		if bytes.Equal(certPEM, c.badCert) && bytes.Equal(keyPEM, c.badKey) {
+			return // said once already
+		}
+		c.badCert, c.badKey, c.badFrom = certPEM, keyPEM, time.Time{}
+		if pair.Leaf != nil && now.Before(pair.Leaf.NotBefore) && now.Before(pair.Leaf.NotAfter) {
+			c.badFrom = pair.Leaf.NotBefore
+		}
+		c.log.Warn("TLS certificate files changed but do not form a pair valid now; serving the previous certificate",
 			"cert", c.certFile, "key", c.keyFile, "err", err)
 		return
 	}
-	c.cur, c.certPEM, c.keyPEM, c.badCert, c.badKey = &pair, certPEM, keyPEM, nil, nil
+	c.cur, c.certPEM, c.keyPEM, c.badCert, c.badKey, c.badFrom = &pair, certPEM, keyPEM, nil, nil, time.Time{}
 	c.log.Info("TLS certificate reloaded", "cert", c.certFile, "subject", pair.Leaf.Subject.String(),
 		"serial", pair.Leaf.SerialNumber.String(), "not_after", pair.Leaf.NotAfter)
+}
+
+// serverLog writes net/http's own lines to a slog.Logger: at Info, except failed TLS
+// handshakes (scanners, clients without the CA, connections the connection cap closed), which
+// go to Debug, so one client cannot fill the log with a line per connection.
+type serverLog struct{ log *slog.Logger }
+
+func (l serverLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	l.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }
 
 // ServerConfig returns the listener's tls.Config: cert's pair (reloaded as
@@ -123,11 +168,11 @@ func ServerConfig(cert *Certificate) *tls.Config {
 // Serve serves hs on ln until hs is shut down: over TLS with cfg when cfg is not nil (a
 // plaintext request then gets net/http's 400 "Client sent an HTTP request to an HTTPS
 // server" and nothing else), else in clear. net/http's own lines (failed handshakes, say) go
-// to log at Info level when log is not nil, so a JSON log stays JSON. It returns what
+// to log when it is not nil (serverLog), so a JSON log stays JSON. It returns what
 // http.Server's Serve returns.
 func Serve(hs *http.Server, ln net.Listener, cfg *tls.Config, log *slog.Logger) error {
 	if log != nil {
-		hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelInfo)
+		hs.ErrorLog = stdlog.New(serverLog{log}, "", 0)
 	}
 	if cfg == nil {
 		return hs.Serve(ln)

@@ -107,8 +107,20 @@ func TestCertificateReloadsOnChange(t *testing.T) {
 			t.Fatalf("with a mismatched key served serial %v, want the previous certificate's %v", got, renewed)
 		}
 	}
-	if n := strings.Count(logs.String(), "do not form a valid pair"); n != 1 {
+	if n := strings.Count(logs.String(), "do not form a pair valid now"); n != 1 {
 		t.Fatalf("the bad pair was logged %d times over 3 handshakes, want once:\n%s", n, logs.String())
+	}
+
+	// An expired certificate (a renewal job that wrote an old file back) is not served either.
+	ca.IssueValid(t, certFile, keyFile, "server", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour), "127.0.0.1")
+	if got := servedSerial(t, addr, pool); got.Cmp(renewed) != 0 {
+		t.Fatalf("with an expired certificate served serial %v, want the previous certificate's %v", got, renewed)
+	}
+	if n := strings.Count(logs.String(), "do not form a pair valid now"); n != 2 {
+		t.Fatalf("%d lines for bad pairs, want 2 (mismatched key, expired):\n%s", n, logs.String())
+	}
+	if _, err := LoadCertificate(certFile, keyFile, nil); err == nil || !strings.Contains(err.Error(), "not now") {
+		t.Errorf("LoadCertificate(expired) = %v, want an error saying it is not valid now", err)
 	}
 
 	fixed := ca.Issue(t, certFile, keyFile, "server", "127.0.0.1")
@@ -249,5 +261,56 @@ func TestWarnPlaintext(t *testing.T) {
 		if got := strings.Contains(logs.String(), "plaintext"); got != tc.warn {
 			t.Errorf("%s tls=%v: warned %v, want %v (%q)", tc.addr, tc.tls, got, tc.warn, logs.String())
 		}
+	}
+}
+
+// TestHandshakeErrorsAreDebug: net/http's line per failed handshake goes to Debug (a
+// scanner or a flood cannot fill the log), its other lines to Info.
+func TestHandshakeErrorsAreDebug(t *testing.T) {
+	var logs syncBuf
+	w := serverLog{slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	_, _ = w.Write([]byte("http: TLS handshake error from 127.0.0.1:5: remote error: tls: bad certificate\n"))
+	_, _ = w.Write([]byte("http: Accept error: too many open files; retrying in 5ms\n"))
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "level=DEBUG") || !strings.Contains(lines[1], "level=INFO") {
+		t.Fatalf("logged %q; want the handshake error at DEBUG and the accept error at INFO", lines)
+	}
+}
+
+// TestCertificateNotYetValidIsServedWhenItIs: a renewal issued a little ahead (NotBefore in
+// the future) is not served before its time, and is served from then on without the files
+// changing again.
+func TestCertificateNotYetValidIsServedWhenItIs(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
+	first := ca.Issue(t, certFile, keyFile, "server", "127.0.0.1")
+	cert, err := LoadCertificate(certFile, keyFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var clock atomic.Int64 // the server's clock, unix ns
+	clock.Store(start.UnixNano())
+	cert.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	addr := serveTLS(t, cert, http.NotFoundHandler())
+	pool, err := CAPool(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := ca.IssueValid(t, certFile, keyFile, "server", start.Add(time.Hour), start.Add(48*time.Hour), "127.0.0.1")
+	if got := servedSerial(t, addr, pool); got.Cmp(first) != 0 {
+		t.Fatalf("before the renewal is valid: served %v, want the first %v", got, first)
+	}
+	later := start.Add(2 * time.Hour)
+	clock.Store(later.UnixNano())
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: MinVersion,
+		Time: func() time.Time { return later }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := conn.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(next) != 0 {
+		t.Fatalf("once the renewal is valid: served %v, want it (%v)", got, next)
 	}
 }

@@ -56,12 +56,19 @@ func NewCA(t testing.TB) *CA {
 // what is there. It returns the certificate's serial number.
 func (ca *CA) Issue(t testing.TB, certFile, keyFile, name string, hosts ...string) *big.Int {
 	t.Helper()
+	return ca.IssueValid(t, certFile, keyFile, name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), hosts...)
+}
+
+// IssueValid is Issue for a certificate valid from notBefore to notAfter (an expired one,
+// say).
+func (ca *CA) IssueValid(t testing.TB, certFile, keyFile, name string, notBefore, notAfter time.Time, hosts ...string) *big.Int {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
 		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}

@@ -70,3 +70,24 @@ func (r pgRow) Scan(dest ...any) error {
 	}
 	return err
 }
+
+// SendBatch implements sqlstore.Batcher with pgx's pipeline: the statements go in one round
+// trip and run in order in the transaction.
+func (t pgTx) SendBatch(ctx context.Context, queries []string, args [][]any) sqlstore.BatchResults {
+	b := &pgx.Batch{}
+	for i, q := range queries {
+		b.Queue(q, args[i]...)
+	}
+	return pgBatch{t.tx.SendBatch(ctx, b)}
+}
+
+// pgBatch is pgx.BatchResults as sqlstore.BatchResults.
+type pgBatch struct{ br pgx.BatchResults }
+
+func (b pgBatch) Exec() (sql.Result, error) {
+	tag, err := b.br.Exec()
+	return driver.RowsAffected(tag.RowsAffected()), err
+}
+
+func (b pgBatch) QueryRow() sqlstore.Row { return pgRow{b.br.QueryRow()} }
+func (b pgBatch) Close() error           { return b.br.Close() }

@@ -32,6 +32,10 @@ func testHeartbeatRoundTrip(t *testing.T, s berth.Store) {
 	hb := fullHeartbeat()
 	v := reflect.ValueOf(hb)
 	for i := range v.NumField() {
+		switch v.Type().Field(i).Name {
+		case "Delta", "BaseSeq", "Removed":
+			continue // how a heartbeat travels (issue 16, goal 2), not what the store keeps: testHeldDelta
+		}
 		if v.Field(i).IsZero() {
 			t.Fatalf("fixture leaves Heartbeat.%s zero; set it so the round trip covers it", v.Type().Field(i).Name)
 		}

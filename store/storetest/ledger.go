@@ -91,21 +91,11 @@ func testReserveConcurrent(t *testing.T, s berth.Store) {
 	ctx := t.Context()
 	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
 	const n = 20
-	var wg sync.WaitGroup
-	took := make([]bool, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			r := reservation(fmt.Sprintf("r%02d", i), "a1", fmt.Sprintf("sb-%02d", i), 512, T0)
-			took[i], errs[i] = s.Reserve(ctx, r, T0)
-		})
-	}
-	wg.Wait()
+	took := concurrently(t, n, func(i int) (bool, error) {
+		return s.Reserve(ctx, reservation(fmt.Sprintf("r%02d", i), "a1", fmt.Sprintf("sb-%02d", i), 512, T0), T0)
+	})
 	count := 0
 	for i := range n {
-		if errs[i] != nil {
-			t.Errorf("Reserve r%02d: %v", i, errs[i])
-		}
 		if took[i] {
 			count++
 		}
@@ -331,4 +321,106 @@ func reservations(t *testing.T, s berth.Store) []berth.Reservation {
 		t.Fatalf("Reservations: %v", err)
 	}
 	return rs
+}
+
+// testReserveAndCreate pins ReserveAndCreate (issue 16, goal 1): the reservation, the row and
+// both events together when the room is there; nothing at all when it is not, when another
+// sandbox holds the Idempotency-Key, or when the tenant's quota is full.
+func testReserveAndCreate(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	sb := sandbox("sb-1", "acme", "a1", berth.SandboxStarting)
+	sb.MemoryMiB, sb.IdempotencyKey = 1536, "key-1"
+	ok, err := s.ReserveAndCreate(ctx, reservation("r1", "a1", "sb-1", 1536, T0), sb, "tenant/acme", at(time.Second))
+	if err != nil || !ok {
+		t.Fatalf("ReserveAndCreate with room: %v, %v", ok, err)
+	}
+	if got, err := s.Sandbox(ctx, "sb-1"); err != nil || got.State != berth.SandboxStarting || got.AgentID != "a1" {
+		t.Fatalf("Sandbox(sb-1) = %+v, %v; want starting on a1", got, err)
+	}
+	wantEvents(t, s, "reservation/", []berth.Event{
+		{At: at(time.Second), Entity: "reservation/r1", From: "", To: "held", Reason: "reserved for sandbox/sb-1 by replica-1", Actor: "replica-1"},
+	})
+	wantEvents(t, s, "sandbox/", []berth.Event{
+		{At: at(time.Second), Entity: "sandbox/sb-1", From: "pending", To: "starting", Reason: "placed on agent/a1", Actor: "tenant/acme"},
+	})
+
+	nothing := func(what string, r berth.Reservation, sb berth.Sandbox, wantOK bool, wantErr error) {
+		t.Helper()
+		ok, err := s.ReserveAndCreate(ctx, r, sb, "tenant/acme", at(2*time.Second))
+		if ok != wantOK || !errors.Is(err, wantErr) {
+			t.Fatalf("%s: ReserveAndCreate = %v, %v; want %v, %v", what, ok, err, wantOK, wantErr)
+		}
+		if rs := reservations(t, s); len(rs) != 1 {
+			t.Errorf("%s: the ledger holds %d reservations, want only r1", what, len(rs))
+		}
+		if _, err := s.Sandbox(ctx, sb.ID); !errors.Is(err, berth.ErrNotFound) {
+			t.Errorf("%s: Sandbox(%s) = %v, want not found", what, sb.ID, err)
+		}
+		if evs := events(t, s, berth.EventFilter{Entity: "sandbox/" + sb.ID}); len(evs) != 0 {
+			t.Errorf("%s: %d events for %s, want none", what, len(evs), sb.ID)
+		}
+	}
+	full := sandbox("sb-2", "acme", "a1", berth.SandboxStarting)
+	full.MemoryMiB = 1024
+	nothing("no room", reservation("r2", "a1", "sb-2", 1024, T0), full, false, nil)
+	keyed := sandbox("sb-3", "acme", "a1", berth.SandboxStarting)
+	keyed.MemoryMiB, keyed.IdempotencyKey = 256, "key-1"
+	nothing("key held", reservation("r3", "a1", "sb-3", 256, T0), keyed, false, berth.ErrIdempotencyConflict)
+	if err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetQuota(ctx, berth.Quota{Tenant: "acme", MaxSandboxes: 1}, "test", T0); err != nil {
+		t.Fatal(err)
+	}
+	over := sandbox("sb-4", "acme", "a1", berth.SandboxStarting)
+	over.MemoryMiB = 256
+	nothing("over quota", reservation("r4", "a1", "sb-4", 256, T0), over, false, berth.ErrOverQuota)
+}
+
+// testReserveAndCreateConcurrent pins LED-1 for ReserveAndCreate: concurrent creates never
+// over-admit an agent, and exactly the ones that reserved have a row.
+func testReserveAndCreateConcurrent(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustHeartbeat(t, s, heartbeat("a1", 2048), T0)
+	const n = 20
+	took := concurrently(t, n, func(i int) (bool, error) {
+		id := fmt.Sprintf("sb-%02d", i)
+		sb := sandbox(id, "acme", "a1", berth.SandboxStarting)
+		sb.MemoryMiB = 512
+		return s.ReserveAndCreate(ctx, reservation(fmt.Sprintf("r%02d", i), "a1", id, 512, T0), sb, "tenant/acme", T0)
+	})
+	count := 0
+	for i := range n {
+		_, err := s.Sandbox(ctx, fmt.Sprintf("sb-%02d", i))
+		if took[i] {
+			count++
+			if err != nil {
+				t.Errorf("sb-%02d reserved but has no row: %v", i, err)
+			}
+		} else if !errors.Is(err, berth.ErrNotFound) {
+			t.Errorf("sb-%02d not reserved but has a row (err %v)", i, err)
+		}
+	}
+	if count != 4 {
+		t.Errorf("%d of %d creates of 512 MiB against 2048 MiB reserved, want exactly 4", count, n)
+	}
+}
+
+// concurrently runs fn(0…n-1) at once and returns what each reported; an error fails t.
+func concurrently(t *testing.T, n int, fn func(i int) (bool, error)) []bool {
+	t.Helper()
+	var wg sync.WaitGroup
+	took := make([]bool, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { took[i], errs[i] = fn(i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	return took
 }

@@ -152,7 +152,7 @@ func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
 		return fmt.Errorf("gvisor: start %s: %w", sb.id, err)
 	}
 	sb.run = cmd
-	go func() { cmd.Wait(); close(sb.exited) }()
+	go func() { driver.WaitExit(cmd); close(sb.exited) }() // no OS thread held while it runs
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if image != nil {

@@ -184,7 +184,7 @@ func (r *Runtime) start(ctx context.Context, sb *sandbox, s Spec) error {
 		return fmt.Errorf("process: start init of %s: %w", sb.id, err)
 	}
 	sb.proc = cmd.Process
-	go func() { cmd.Wait(); close(sb.exited) }()
+	go func() { driver.WaitExit(cmd); close(sb.exited) }() // no OS thread held while it runs
 	if err := os.WriteFile(filepath.Join(sb.dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		return fmt.Errorf("process: %w", err)
 	}

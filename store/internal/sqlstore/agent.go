@@ -40,7 +40,43 @@ func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
 	if err := rows.Err(); err != nil {
 		return nil, s.errorf("agents: %w", err)
 	}
-	return out, nil
+	rows.Close()
+	return out, s.fillHeld(ctx, out)
+}
+
+// fillHeld sets each agent's Sandboxes from agent_held (issue 16, goal 2), in one query.
+func (s *Store) fillHeld(ctx context.Context, agents []berth.Agent) error {
+	if len(agents) == 0 {
+		return nil
+	}
+	at := make(map[string]int, len(agents))
+	for i := range agents {
+		at[agents[i].AgentID] = i
+		agents[i].Sandboxes = []berth.HeldSandbox{} // a list a replica of the previous release wrote is not read
+	}
+	query, args := `SELECT agent_id, sandbox_id, resident_mb, measured, starting, oom_kills FROM agent_held`, []any(nil)
+	if len(agents) == 1 {
+		query, args = query+` WHERE agent_id = ?`, []any{agents[0].AgentID}
+	}
+	rows, err := s.pool().query(ctx, query+` ORDER BY agent_id, sandbox_id`, args...)
+	if err != nil {
+		return s.errorf("held sandboxes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var agent string
+		var h berth.HeldSandbox
+		if err := rows.Scan(&agent, &h.ID, &h.ResidentMiB, &h.Measured, &h.Starting, &h.OOMKills); err != nil {
+			return s.errorf("held sandboxes: %w", err)
+		}
+		if i, ok := at[agent]; ok {
+			agents[i].Sandboxes = append(agents[i].Sandboxes, h)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s.errorf("held sandboxes: %w", err)
+	}
+	return nil
 }
 
 // Agent returns agent id or an error wrapping berth.ErrNotFound.
@@ -49,7 +85,12 @@ func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return berth.Agent{}, fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
 	}
-	return a, err
+	if err != nil {
+		return a, err
+	}
+	one := []berth.Agent{a}
+	err = s.fillHeld(ctx, one)
+	return one[0], err
 }
 
 // SetAgentDrain marks (draining) or lifts an operator drain of agent id, with the event

@@ -2,9 +2,9 @@ package sqlstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"database/sql"
@@ -12,13 +12,26 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// ApplyHeartbeat records hb as received at now, in one transaction (AGT-1, LED-4, LIF-3):
+// ApplyHeartbeat is RecordHeartbeat returning only the number of reservations netted.
+func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (int, error) {
+	res, err := s.RecordHeartbeat(ctx, hb, now)
+	return res.Netted, err
+}
+
+// RecordHeartbeat records hb as received at now, in one transaction (AGT-1, LED-4, LIF-3):
 //
 //   - it applies nothing but hb.Ended when hb is overtaken: a heartbeat of the same boot with
 //     a Seq at or above hb.Seq was applied already (C32: the order is the agent's sequence
 //     number, never its clock; hb.HeartbeatAt is stored for operators and decides nothing);
+//   - likewise when hb is a delta (issue 16, goal 2) whose base is not the held list the store
+//     keeps: another boot, or a BaseSeq other than the heartbeat whose list agent_held holds
+//     (held_boot, held_seq). The result says Resync: the agent must send its whole list;
 //   - it upserts the agent with every heartbeat field and last_seen = now. The stored status
 //     is draining while an operator drain is in force, else hb.Status ("" means active);
+//   - it brings agent_held, one row per held sandbox, to what hb lists: a whole list replaces
+//     it (rows are written only where they differ), a delta writes its listed rows and deletes
+//     its Removed ones, so a heartbeat writes what changed, never the whole list again;
+//   - it writes an event for every sandbox whose OOM kill count grew (C09);
 //   - it writes the agent events: "" → status on first sight (reason "registered"), old →
 //     new on a status change ("heartbeat") and old → new boot id ("agent restarted"); on a
 //     new boot, every live sandbox of the agent that hb does not list becomes lost (AGT-6),
@@ -27,36 +40,32 @@ import (
 //   - it applies hb.Ended: each listed sandbox that exists, belongs to hb.AgentID and is not
 //     terminal moves to its (terminal) state, actor "agent/<id>". Unknown ids, other agents'
 //     sandboxes and non-terminal states are ignored, so a retried list is harmless;
-//   - it moves to running every starting or resuming sandbox of the agent that hb lists and
-//     does not flag Starting (LIF-1, PAUSE-1);
-//   - it nets (LED-4) the agent's reservations for sandboxes hb.Sandboxes lists, and every
+//   - it moves to running every starting or resuming sandbox of the agent that agent_held
+//     lists not Starting (LIF-1, PAUSE-1);
+//   - it nets (LED-4) the agent's reservations for sandboxes agent_held lists, and every
 //     reservation, of any agent, whose sandbox is terminal, each with the event held → netted;
 //   - on first sight or a status change it notifies WatchAgents listeners on commit (PLC-5).
 //
 // The agent row is created (if new) and locked before it is read, so concurrent heartbeats of
-// one agent, and Reserves against it, run one after the other. It returns the number of
-// reservations netted. A paused sandbox has no agent (agent_id ""), so no heartbeat and no
-// restart touches it (PAUSE-1).
-func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (int, error) {
+// one agent, and Reserves against it, run one after the other. A paused sandbox has no agent
+// (agent_id ""), so no heartbeat and no restart touches it (PAUSE-1). The result's Agent is the
+// row as written, without its held list.
+func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (berth.HeartbeatResult, error) {
 	if hb.AgentID == "" {
-		return 0, s.errorf("heartbeat: empty agent id")
+		return berth.HeartbeatResult{}, s.errorf("heartbeat: empty agent id")
 	}
 	reported := hb.Status
 	if reported == "" {
 		reported = berth.AgentActive
 	}
-	held, err := listJSON(hb.Sandboxes)
-	if err != nil {
-		return 0, err
-	}
 	ended, err := listJSON(hb.Ended)
 	if err != nil {
-		return 0, err
+		return berth.HeartbeatResult{}, err
 	}
 	actor := "agent/" + hb.AgentID
-	var netted int
+	var res berth.HeartbeatResult
 	err = s.inTx(ctx, func(tx *Tx) error {
-		netted = 0
+		res = berth.HeartbeatResult{}
 		// Create a placeholder row if the agent is new: the insert (or, for a known agent,
 		// the FOR UPDATE below) locks the row, so "first sight" is decided exactly once.
 		var inserted bool
@@ -66,22 +75,31 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
 		known := !inserted
-		var oldStatus, oldBoot, drain string
-		var oldSeq int64
-		var oldHeld []byte
-		if err := tx.queryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_seq, sandboxes FROM agents WHERE id = ?`+s.d.ForUpdate,
-			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain, &oldSeq, &oldHeld); err != nil {
+		if !known && hb.Delta {
+			// A delta from an agent the store does not know has no base; the placeholder
+			// row must not stay behind either.
+			return errResync
+		}
+		var oldStatus, oldBoot, drain, heldBoot string
+		var oldSeq, heldSeq int64
+		if err := tx.queryRow(ctx, `SELECT status, boot_id, drain_reason, heartbeat_seq, held_boot, held_seq FROM agents WHERE id = ?`+s.d.ForUpdate,
+			hb.AgentID).Scan(&oldStatus, &oldBoot, &drain, &oldSeq, &heldBoot, &heldSeq); err != nil {
 			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
 		if known && hb.Overtaken(oldBoot, oldSeq) {
 			// Overtaken: a newer heartbeat of the same boot is already applied (this one's
 			// POST was slow). Its figures are out of date; only its ended list is news.
+			res.Resync = true // the agent's base is not what the store holds
 			return s.applyEnded(ctx, tx, hb, actor, now)
 		}
-		if known && oldBoot == hb.BootID {
-			if err := s.oomEvents(ctx, tx, oldHeld, hb, actor, now); err != nil {
-				return err
-			}
+		if hb.Delta && (heldBoot != hb.BootID || hb.BaseSeq <= 0 || heldSeq != hb.BaseSeq) {
+			// A delta onto a base the store does not hold (a lost answer, a restart of the
+			// agent, or a replica of the previous release wrote in between): whole list next.
+			res.Resync = true
+			return s.applyEnded(ctx, tx, hb, actor, now)
+		}
+		if err := s.writeHeld(ctx, tx, hb, known && oldBoot == hb.BootID, actor, now); err != nil {
+			return err
 		}
 		status := reported
 		if drain != "" {
@@ -92,15 +110,16 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 				status = ?, reported_status = ?, cpu_total = ?, cpu_used = ?, memory_mb_total = ?,
 				memory_mb_used = ?, memory_mb_committed = ?, memory_admission = ?,
 				memory_mb_admittable = ?, intake_open = ?, memory_pressure = ?, starts_in_flight = ?,
-				sandboxes = ?, ended = ?, version = ?,
+				ended = ?, version = ?,
 				boot_id = ?, measurement_errors = ?, last_seen = ?, runtime = ?, checkpoint = ?,
-				heartbeat_seq = ?
+				heartbeat_seq = ?, held_boot = ?, held_seq = ?
 			WHERE id = ?`,
 			hb.Address, hb.Region, hb.Pool, hb.Preemptible, nullMS(hb.HeartbeatAt),
 			string(status), string(reported), hb.CPUTotal, hb.CPUUsed, hb.MemoryMiBTotal, hb.MemoryMiBUsed,
 			hb.MemoryMiBCommitted, hb.MemoryAdmission, hb.MemoryMiBAdmittable, hb.IntakeOpen,
-			hb.MemoryPressure, hb.StartsInFlight, held, ended,
-			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint, hb.Seq, hb.AgentID)
+			hb.MemoryPressure, hb.StartsInFlight, ended,
+			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint, hb.Seq,
+			hb.BootID, hb.Seq, hb.AgentID)
 		if err != nil {
 			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
@@ -137,13 +156,146 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 		if err := s.promoteRunning(ctx, tx, hb, actor, now); err != nil {
 			return err
 		}
-		netted, err = s.netReservations(ctx, tx, hb, actor, now)
+		if res.Netted, err = s.netReservations(ctx, tx, hb, actor, now); err != nil {
+			return err
+		}
+		res.Applied = true
+		res.Agent, err = s.scanAgent(tx.queryRow(ctx, `SELECT `+agentColumns+` FROM agents WHERE id = ?`, hb.AgentID))
 		return err
 	})
-	if err != nil {
-		return 0, err
+	if errors.Is(err, errResync) {
+		return berth.HeartbeatResult{Resync: true}, nil
 	}
-	return netted, nil
+	if err != nil {
+		return berth.HeartbeatResult{}, err
+	}
+	return res, nil
+}
+
+// errResync rolls back RecordHeartbeat's transaction for a delta from an unknown agent.
+var errResync = errors.New("delta without a base")
+
+// heldBatch is how many agent_held rows one INSERT writes.
+const heldBatch = 100
+
+// writeHeld brings agent_held to what hb lists (issue 16, goal 2) and writes the OOM kill
+// events (C09) against the rows it replaces when sameBoot (a new boot has no baseline). A
+// whole list is compared with the stored rows and only the differences are written; a delta
+// writes its listed rows (reading first the stored OOM count of those that report kills) and
+// deletes its Removed ones.
+func (s *Store) writeHeld(ctx context.Context, tx *Tx, hb berth.Heartbeat, sameBoot bool, actor string, now time.Time) error {
+	var before []berth.HeldSandbox
+	var gone []string
+	put := hb.Sandboxes
+	if !hb.Delta {
+		old, err := s.heldRows(ctx, tx, hb.AgentID, nil)
+		if err != nil {
+			return err
+		}
+		listed := make(map[string]berth.HeldSandbox, len(hb.Sandboxes))
+		for _, h := range hb.Sandboxes {
+			listed[h.ID] = h
+		}
+		stored := make(map[string]bool, len(old))
+		for _, o := range old {
+			stored[o.ID] = true
+			if h, ok := listed[o.ID]; !ok {
+				gone = append(gone, o.ID)
+			} else if h == o {
+				delete(listed, o.ID) // unchanged: nothing to write
+			}
+		}
+		put = make([]berth.HeldSandbox, 0, len(listed))
+		for _, h := range hb.Sandboxes {
+			if _, ok := listed[h.ID]; ok {
+				put = append(put, h)
+				delete(listed, h.ID) // a duplicated id is written once
+			}
+		}
+		before = old
+	} else {
+		gone = hb.Removed
+		var killed []string
+		for _, h := range hb.Sandboxes {
+			if h.OOMKills > 0 {
+				killed = append(killed, h.ID)
+			}
+		}
+		if sameBoot && len(killed) > 0 {
+			old, err := s.heldRows(ctx, tx, hb.AgentID, killed)
+			if err != nil {
+				return err
+			}
+			before = old
+		}
+	}
+	if sameBoot {
+		if err := s.oomEvents(ctx, tx, before, put, actor, now); err != nil {
+			return err
+		}
+	}
+	for start := 0; start < len(gone); start += 500 {
+		cond, args := s.in("sandbox_id", gone[start:min(start+500, len(gone))])
+		if _, err := tx.exec(ctx, `DELETE FROM agent_held WHERE agent_id = ? AND `+cond, append([]any{hb.AgentID}, args...)...); err != nil {
+			return s.errorf("held sandboxes of %q: %w", hb.AgentID, err)
+		}
+	}
+	if len(put) > 0 {
+		seen := make(map[string]bool, len(put))
+		rows := make([]berth.HeldSandbox, 0, len(put))
+		for _, h := range put {
+			if h.ID != "" && !seen[h.ID] { // one row per id: a repeated id in one statement is an error
+				seen[h.ID] = true
+				rows = append(rows, h)
+			}
+		}
+		put = rows
+	}
+	for start := 0; start < len(put); start += heldBatch {
+		batch := put[start:min(start+heldBatch, len(put))]
+		args := make([]any, 0, 6*len(batch))
+		for _, h := range batch {
+			args = append(args, hb.AgentID, h.ID, h.ResidentMiB, h.Measured, h.Starting, h.OOMKills)
+		}
+		q := `INSERT INTO agent_held (agent_id, sandbox_id, resident_mb, measured, starting, oom_kills) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(batch)), ", ") +
+			` ON CONFLICT (agent_id, sandbox_id) DO UPDATE SET resident_mb = excluded.resident_mb,
+				measured = excluded.measured, starting = excluded.starting, oom_kills = excluded.oom_kills`
+		if _, err := tx.exec(ctx, q, args...); err != nil {
+			return s.errorf("held sandboxes of %q: %w", hb.AgentID, err)
+		}
+	}
+	return nil
+}
+
+// heldRows reads agent's agent_held rows: all of them when ids is nil, else those of ids.
+func (s *Store) heldRows(ctx context.Context, q interface {
+	query(ctx context.Context, query string, args ...any) (Rows, error)
+}, agent string, ids []string) ([]berth.HeldSandbox, error) {
+	query := `SELECT sandbox_id, resident_mb, measured, starting, oom_kills FROM agent_held WHERE agent_id = ?`
+	args := []any{agent}
+	if ids != nil {
+		cond, more := s.in("sandbox_id", ids)
+		query += ` AND ` + cond
+		args = append(args, more...)
+	}
+	rows, err := q.query(ctx, query+` ORDER BY sandbox_id`, args...)
+	if err != nil {
+		return nil, s.errorf("held sandboxes of %q: %w", agent, err)
+	}
+	defer rows.Close()
+	out := []berth.HeldSandbox{}
+	for rows.Next() {
+		var h berth.HeldSandbox
+		if err := rows.Scan(&h.ID, &h.ResidentMiB, &h.Measured, &h.Starting, &h.OOMKills); err != nil {
+			return nil, s.errorf("held sandboxes of %q: %w", agent, err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.errorf("held sandboxes of %q: %w", agent, err)
+	}
+	return out, nil
 }
 
 // applyEnded moves the sandboxes hb.Ended lists to their terminal states. Each row is locked
@@ -172,29 +324,29 @@ func (s *Store) applyEnded(ctx context.Context, tx *Tx, hb berth.Heartbeat, acto
 	return nil
 }
 
-// promoteRunning moves to running every starting or resuming sandbox of this agent that the
-// heartbeat lists and does not flag Starting: the agent runs it, whatever became of the
-// replica that was starting or resuming it (LIF-1, PAUSE-1). It reads only the agent's
-// starting and resuming rows (usually none), not every listed sandbox, and locks them, so a
-// row a concurrent MoveSandbox hands to another agent is re-read and skipped.
+// promoteRunning moves to running every starting or resuming sandbox of this agent that
+// agent_held (just brought up to date) lists and not as Starting: the agent runs it, whatever
+// became of the replica that was starting or resuming it (LIF-1, PAUSE-1). It reads only the
+// agent's starting and resuming rows (usually none), not every held sandbox, and locks them,
+// so a row a concurrent MoveSandbox hands to another agent is re-read and skipped.
 func (s *Store) promoteRunning(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) error {
-	if len(hb.Sandboxes) == 0 {
-		return nil
-	}
-	listed := make(map[string]bool, len(hb.Sandboxes))
-	for _, h := range hb.Sandboxes {
-		listed[h.ID] = !h.Starting // a guest still starting (or restoring) does not run yet
-	}
 	ids, err := s.queryIDs(ctx, tx, `SELECT id FROM sandboxes WHERE agent_id = ? AND state IN `+inPromoted+` ORDER BY id`+s.d.ForUpdate,
 		append([]any{hb.AgentID}, promotedStates...)...)
 	if err != nil {
 		return s.errorf("promote for %q: %w", hb.AgentID, err)
 	}
-	for _, id := range ids {
-		if !listed[id] {
+	if len(ids) == 0 {
+		return nil
+	}
+	held, err := s.heldRows(ctx, tx, hb.AgentID, ids)
+	if err != nil {
+		return err
+	}
+	for _, h := range held {
+		if h.Starting { // a guest still starting (or restoring) does not run yet
 			continue
 		}
-		if _, err := s.transitionTx(ctx, tx, id, promotedFrom, berth.SandboxRunning, nil,
+		if _, err := s.transitionTx(ctx, tx, h.ID, promotedFrom, berth.SandboxRunning, nil,
 			"agent reports it running", actor, now); err != nil {
 			return err
 		}
@@ -236,15 +388,13 @@ func (s *Store) loseUnheld(ctx context.Context, tx *Tx, hb berth.Heartbeat, acto
 }
 
 // netReservations implements LED-4 for one heartbeat and returns how many reservations it
-// released.
+// released: the agent's reservations for sandboxes agent_held lists, and every reservation
+// whose sandbox is terminal.
 func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
-	listed := make(map[string]bool, len(hb.Sandboxes))
-	for _, h := range hb.Sandboxes {
-		listed[h.ID] = true
-	}
 	rows, err := tx.query(ctx, `
-		SELECT r.id, r.agent_id, r.sandbox_id, COALESCE(s.state, '')
+		SELECT r.id, r.agent_id, r.sandbox_id, COALESCE(s.state, ''), h.sandbox_id IS NOT NULL
 		FROM reservations r LEFT JOIN sandboxes s ON s.id = r.sandbox_id
+			LEFT JOIN agent_held h ON h.agent_id = r.agent_id AND h.sandbox_id = r.sandbox_id
 		WHERE r.agent_id = ? OR s.state IN `+inTerminal+`
 		ORDER BY r.id`, append([]any{hb.AgentID}, terminalStates...)...)
 	if err != nil {
@@ -254,12 +404,13 @@ func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat,
 	var ids []string
 	for rows.Next() {
 		var id, agent, sid, state string
-		if err := rows.Scan(&id, &agent, &sid, &state); err != nil {
+		var held bool
+		if err := rows.Scan(&id, &agent, &sid, &state, &held); err != nil {
 			rows.Close()
 			return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
 		}
 		switch {
-		case agent == hb.AgentID && sid != "" && listed[sid]:
+		case agent == hb.AgentID && sid != "" && held:
 			reasons[id] = fmt.Sprintf("sandbox/%s listed by %s", sid, actor)
 		case berth.SandboxState(state).Terminal():
 			reasons[id] = fmt.Sprintf("sandbox/%s %s", sid, state)
@@ -284,14 +435,11 @@ func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat,
 }
 
 // oomEvents writes an event for every sandbox in which the kernel OOM killer struck since the
-// agent's previous heartbeat (C09): the sandbox may live on, but it must not go unseen.
-func (s *Store) oomEvents(ctx context.Context, tx *Tx, oldHeld []byte, hb berth.Heartbeat, actor string, now time.Time) error {
-	var before []berth.HeldSandbox
-	if len(oldHeld) > 0 {
-		_ = json.Unmarshal(oldHeld, &before) // an unreadable old list only means no baseline
-	}
-	for id, n := range berth.NewOOMKills(before, hb.Sandboxes) {
-		if err := s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "sandbox/" + id, From: string(berth.SandboxRunning),
+// agent's previous heartbeat (C09): the sandbox may live on, but it must not go unseen. before
+// holds the stored rows (at least those of now that report kills).
+func (s *Store) oomEvents(ctx context.Context, tx *Tx, before, now []berth.HeldSandbox, actor string, at time.Time) error {
+	for id, n := range berth.NewOOMKills(before, now) {
+		if err := s.insertEvent(ctx, tx, berth.Event{At: at, Entity: "sandbox/" + id, From: string(berth.SandboxRunning),
 			To: "oom_kill", Reason: fmt.Sprintf("the kernel OOM killer killed %d process(es) in it", n), Actor: actor}); err != nil {
 			return err
 		}

@@ -43,14 +43,19 @@ func (s *Store) FinishCall(ctx context.Context, c berth.IdempotentCall) (berth.I
 	if c.Status == 0 {
 		return c, s.errorf("finish call: status 0")
 	}
-	// One statement, then a read: the upsert cannot be undone by anything but the sweeper, so
-	// the read sees this answer or the one that held the key before it.
-	_, err := s.pool().exec(ctx, `INSERT INTO idempotent_calls (`+callColumns+`)
+	// One statement that returns the row it wrote; only when it wrote nothing (an answer or
+	// another request's claim holds the key) a read: the upsert cannot be undone by anything
+	// but the sweeper, so the read sees the answer that held the key before it.
+	out, err := s.scanCall(s.pool().queryRow(ctx, `INSERT INTO idempotent_calls (`+callColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (scope, key) DO UPDATE SET status = excluded.status, answer = excluded.answer
-		WHERE idempotent_calls.status = 0 AND idempotent_calls.request_hash = excluded.request_hash`,
-		c.Scope, c.Key, c.RequestHash, c.Status, c.Answer, ms(c.CreatedAt))
-	if err != nil {
+		WHERE idempotent_calls.status = 0 AND idempotent_calls.request_hash = excluded.request_hash
+		RETURNING `+callColumns,
+		c.Scope, c.Key, c.RequestHash, c.Status, c.Answer, ms(c.CreatedAt)))
+	if err == nil {
+		return out, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
 		return c, s.errorf("finish call %q: %w", c.Key, err)
 	}
 	return s.Call(ctx, c.Scope, c.Key)

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,58 +46,210 @@ const SweeperActor = "ledger-sweeper"
 // make a check conservative for one transaction. In SQLite the lock is the write
 // transaction's own (IMMEDIATE: one writer at a time) and Dialect.ForUpdate is empty.
 func (s *Store) Reserve(ctx context.Context, r berth.Reservation, now time.Time) (bool, error) {
-	switch {
-	case r.ID == "" || r.AgentID == "":
-		return false, s.errorf("reserve: reservation needs an id and an agent (got %q, %q)", r.ID, r.AgentID)
-	case r.MiB < 0:
-		return false, s.errorf("reserve %q: negative MiB %d", r.ID, r.MiB)
-	case r.ExpiresAt.IsZero():
-		return false, s.errorf("reserve %q: no expiry (LED-2)", r.ID)
-	}
-	created := r.CreatedAt
-	if created.IsZero() {
-		created = now
+	if err := s.checkReservation(r); err != nil {
+		return false, err
 	}
 	var took bool
 	err := s.inTx(ctx, func(tx *Tx) error {
-		took = false
-		var admittable int64
-		err := tx.queryRow(ctx, `SELECT memory_mb_admittable FROM agents WHERE id = ?`+s.d.ForUpdate, r.AgentID).
-			Scan(&admittable)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
+		ev, ok, err := s.reserveTx(ctx, tx, r, now)
+		if took = ok; err != nil || !ok {
+			return err
 		}
-		if err != nil {
-			return s.errorf("reserve %q: %w", r.ID, err)
-		}
-		if r.MiB > 0 {
-			var pending int64
-			if err := tx.queryRow(ctx,
-				`SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`,
-				r.AgentID, ms(now)).Scan(&pending); err != nil {
-				return s.errorf("reserve %q: %w", r.ID, err)
-			}
-			if admittable-pending < r.MiB {
-				return nil
-			}
-		}
-		if _, err := tx.exec(ctx, `
-			INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt)); err != nil {
-			return s.errorf("reserve %q: %w", r.ID, err)
-		}
-		took = true
-		return s.insertEvent(ctx, tx, berth.Event{
-			At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
-			Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner),
-			Actor:  r.Owner,
-		})
+		return s.insertEvents(ctx, tx, ev)
 	})
 	if err != nil {
 		return false, err
 	}
 	return took, nil
+}
+
+// ReserveAndCreate implements berth.Ledger: Reserve's check and insert, then CreateSandbox's,
+// in one transaction whose statements go to the database in one batch (issue 16, goal 1: on
+// PostgreSQL BEGIN, one pipelined round trip, COMMIT; plus one for a tenant with a quota).
+// The batch is optimistic: every statement is sent, then the answers are checked, and the
+// transaction is rolled back when the room, the quota or the Idempotency-Key says no — so
+// nothing is written when r does not fit (false) or the sandbox cannot be created
+// (CreateSandbox's errors). The agent row is locked by the batch's first statement and the
+// sum taken by the next, so LED-1 holds as in Reserve. A key another sandbox holds is
+// answered by the one-statement-at-a-time path, which names the holder.
+func (s *Store) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb berth.Sandbox, actor string, now time.Time) (bool, error) {
+	if err := s.checkReservation(r); err != nil {
+		return false, err
+	}
+	sb, meta, key, reason, err := s.prepareSandbox(sb, now)
+	if err != nil {
+		return false, err
+	}
+	created := cmp.Or(r.CreatedAt, now)
+	var took bool
+	err = s.inTx(ctx, func(tx *Tx) error {
+		took = false
+		b := &batch{}
+		b.queue(`SELECT memory_mb_admittable FROM agents WHERE id = ?`+s.d.ForUpdate, r.AgentID)
+		b.queue(`SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`,
+			r.AgentID, ms(now))
+		b.queue(`INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt))
+		b.queue(`SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`+s.d.ForUpdate, sb.Tenant)
+		b.queue(`INSERT INTO sandboxes (`+sandboxColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING TRUE`,
+			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
+			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
+			sb.Image, sb.RequestHash)
+		evs := []berth.Event{{
+			At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
+			Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner), Actor: r.Owner,
+		}, {
+			At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
+			Reason: reason, Actor: actor,
+		}}
+		s.queueEvents(tx, b, evs...)
+		res := tx.send(ctx, b)
+		fits, q, inserted, err := s.reserveAndCreateAnswers(res, r, sb)
+		if cerr := res.Close(); err == nil && cerr != nil {
+			err = s.errorf("reserve %q: %w", r.ID, cerr)
+		}
+		switch {
+		case err != nil:
+			return err
+		case !fits:
+			return errNoRoom
+		case !inserted:
+			return errKeyHeld
+		}
+		if !sb.State.Terminal() && (q.MaxSandboxes > 0 || q.MaxMemoryMiB > 0) {
+			n, mem, err := s.usageOf(ctx, tx.conn, sb.Tenant) // counts the row just inserted
+			if err != nil {
+				return err
+			}
+			if err := q.Check(n-1, mem-sb.MemoryMiB, sb.MemoryMiB); err != nil {
+				return err
+			}
+		}
+		took = true
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNoRoom):
+		return false, nil
+	case errors.Is(err, errKeyHeld):
+		return s.reserveAndCreateOneByOne(ctx, r, sb, meta, key, reason, actor, now)
+	case err != nil:
+		return false, err
+	}
+	return took, nil
+}
+
+// Sentinels of ReserveAndCreate's batch: each rolls the transaction back.
+var (
+	errNoRoom  = errors.New("the agent has no room for the reservation")
+	errKeyHeld = errors.New("another sandbox holds the Idempotency-Key")
+)
+
+// reserveAndCreateAnswers reads ReserveAndCreate's batch in order: whether the reservation
+// fits (a known agent with the room), the tenant's quota, and whether the row went in.
+func (s *Store) reserveAndCreateAnswers(res BatchResults, r berth.Reservation, sb berth.Sandbox) (fits bool, q berth.Quota, inserted bool, err error) {
+	var admittable, pending int64
+	known := true
+	if err := res.QueryRow().Scan(&admittable); errors.Is(err, sql.ErrNoRows) {
+		known = false
+	} else if err != nil {
+		return false, q, false, s.errorf("reserve %q: %w", r.ID, err)
+	}
+	if err := res.QueryRow().Scan(&pending); err != nil {
+		return false, q, false, s.errorf("reserve %q: %w", r.ID, err)
+	}
+	if _, err := res.Exec(); err != nil {
+		return false, q, false, s.errorf("reserve %q: %w", r.ID, err)
+	}
+	q.Tenant = sb.Tenant
+	if err := res.QueryRow().Scan(&q.MaxSandboxes, &q.MaxMemoryMiB); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, q, false, s.errorf("quota of %q: %w", sb.Tenant, err)
+	}
+	err = res.QueryRow().Scan(&inserted)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, q, false, s.errorf("create sandbox %q: %w", sb.ID, err)
+	}
+	if _, err := res.Exec(); err != nil {
+		return false, q, false, s.errorf("events: %w", err)
+	}
+	return known && (r.MiB == 0 || admittable-pending >= r.MiB), q, inserted, nil
+}
+
+// reserveAndCreateOneByOne is ReserveAndCreate a statement at a time (reserveTx, then
+// createSandboxTx): the path that names the holder of a taken Idempotency-Key.
+func (s *Store) reserveAndCreateOneByOne(ctx context.Context, r berth.Reservation, sb berth.Sandbox, meta, key any, reason, actor string, now time.Time) (bool, error) {
+	var took bool
+	err := s.inTx(ctx, func(tx *Tx) error {
+		rev, ok, err := s.reserveTx(ctx, tx, r, now)
+		if took = ok; err != nil || !ok {
+			return err
+		}
+		sev, err := s.createSandboxTx(ctx, tx, sb, meta, key, reason, actor, now)
+		if err != nil {
+			return err
+		}
+		return s.insertEvents(ctx, tx, rev, sev)
+	})
+	if err != nil {
+		return false, err
+	}
+	return took, nil
+}
+
+// checkReservation refuses a reservation Reserve cannot take as written.
+func (s *Store) checkReservation(r berth.Reservation) error {
+	switch {
+	case r.ID == "" || r.AgentID == "":
+		return s.errorf("reserve: reservation needs an id and an agent (got %q, %q)", r.ID, r.AgentID)
+	case r.MiB < 0:
+		return s.errorf("reserve %q: negative MiB %d", r.ID, r.MiB)
+	case r.ExpiresAt.IsZero():
+		return s.errorf("reserve %q: no expiry (LED-2)", r.ID)
+	}
+	return nil
+}
+
+// reserveTx is Reserve's check and insert inside tx (see Reserve for the locking); it
+// returns the event "" → held to write when it took r.
+func (s *Store) reserveTx(ctx context.Context, tx *Tx, r berth.Reservation, now time.Time) (berth.Event, bool, error) {
+	created := r.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	var admittable int64
+	err := tx.queryRow(ctx, `SELECT memory_mb_admittable FROM agents WHERE id = ?`+s.d.ForUpdate, r.AgentID).
+		Scan(&admittable)
+	if errors.Is(err, sql.ErrNoRows) {
+		return berth.Event{}, false, nil
+	}
+	if err != nil {
+		return berth.Event{}, false, s.errorf("reserve %q: %w", r.ID, err)
+	}
+	if r.MiB > 0 {
+		var pending int64
+		if err := tx.queryRow(ctx,
+			`SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`,
+			r.AgentID, ms(now)).Scan(&pending); err != nil {
+			return berth.Event{}, false, s.errorf("reserve %q: %w", r.ID, err)
+		}
+		if admittable-pending < r.MiB {
+			return berth.Event{}, false, nil
+		}
+	}
+	if _, err := tx.exec(ctx, `
+		INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt)); err != nil {
+		return berth.Event{}, false, s.errorf("reserve %q: %w", r.ID, err)
+	}
+	return berth.Event{
+		At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
+		Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner),
+		Actor:  r.Owner,
+	}, true, nil
 }
 
 // Release deletes reservation id with the event held → released (actor: its owner). It is

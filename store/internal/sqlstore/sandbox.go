@@ -26,14 +26,31 @@ const sandboxColumns = `id, template, tenant, agent_id, state, memory_mb, vcpus,
 // concurrent holder's transaction and, if that commits, inserts nothing. Volume, PausedAt
 // (zero = NULL) and Image are stored as given (PAUSE-1).
 func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor string, now time.Time) error {
+	sb, meta, key, reason, err := s.prepareSandbox(sb, now)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *Tx) error {
+		ev, err := s.createSandboxTx(ctx, tx, sb, meta, key, reason, actor, now)
+		if err != nil {
+			return err
+		}
+		return s.insertEvents(ctx, tx, ev)
+	})
+}
+
+// prepareSandbox checks sb and fills CreateSandbox's defaults; it returns the metadata's JSON
+// (nil for none), the key column (nil when there is no key or sb is born failed) and the
+// event's reason.
+func (s *Store) prepareSandbox(sb berth.Sandbox, now time.Time) (berth.Sandbox, any, any, string, error) {
 	if sb.ID == "" {
-		return s.errorf("create sandbox: empty id")
+		return sb, nil, nil, "", s.errorf("create sandbox: empty id")
 	}
 	if sb.State == "" {
 		sb.State = berth.SandboxPending
 	}
 	if !sb.State.Valid() {
-		return s.errorf("create sandbox %q: unknown state %q", sb.ID, sb.State)
+		return sb, nil, nil, "", s.errorf("create sandbox %q: unknown state %q", sb.ID, sb.State)
 	}
 	if sb.CreatedAt.IsZero() {
 		sb.CreatedAt = now
@@ -42,7 +59,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 	if len(sb.Metadata) > 0 {
 		text, err := s.jsonText(sb.Metadata)
 		if err != nil {
-			return err
+			return sb, nil, nil, "", err
 		}
 		meta = text
 	}
@@ -54,55 +71,59 @@ func (s *Store) CreateSandbox(ctx context.Context, sb berth.Sandbox, actor strin
 	if sb.AgentID != "" {
 		reason = "placed on agent/" + sb.AgentID
 	}
-	return s.inTx(ctx, func(tx *Tx) error {
-		if !sb.State.Terminal() {
-			// ADM-11: hard limits, checked in the insert's transaction under the tenant's
-			// quota row lock, so replicas cannot overshoot together.
-			q, err := s.quotaOf(ctx, tx.conn, sb.Tenant, true)
+	return sb, meta, key, reason, nil
+}
+
+// createSandboxTx is CreateSandbox inside tx: the quota check and the insert. It returns the
+// event pending → sb.State to write.
+func (s *Store) createSandboxTx(ctx context.Context, tx *Tx, sb berth.Sandbox, meta, key any, reason, actor string, now time.Time) (berth.Event, error) {
+	if !sb.State.Terminal() {
+		// ADM-11: hard limits, checked in the insert's transaction under the tenant's
+		// quota row lock, so replicas cannot overshoot together.
+		q, err := s.quotaOf(ctx, tx.conn, sb.Tenant, true)
+		if err != nil {
+			return berth.Event{}, err
+		}
+		if q.MaxSandboxes > 0 || q.MaxMemoryMiB > 0 {
+			n, mem, err := s.usageOf(ctx, tx.conn, sb.Tenant)
 			if err != nil {
-				return err
+				return berth.Event{}, err
 			}
-			if q.MaxSandboxes > 0 || q.MaxMemoryMiB > 0 {
-				n, mem, err := s.usageOf(ctx, tx.conn, sb.Tenant)
-				if err != nil {
-					return err
-				}
-				if err := q.Check(n, mem, sb.MemoryMiB); err != nil {
-					return err
-				}
+			if err := q.Check(n, mem, sb.MemoryMiB); err != nil {
+				return berth.Event{}, err
 			}
 		}
-		// A holder that fails between the insert and the lookup frees the key: try again.
-		for range 3 {
-			var inserted bool
-			err := tx.queryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-				RETURNING TRUE`,
-				sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
-				ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
-				sb.Image, sb.RequestHash).Scan(&inserted)
-			if err == nil {
-				return s.insertEvent(ctx, tx, berth.Event{
-					At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
-					Reason: reason, Actor: actor,
-				})
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return s.errorf("create sandbox %q: %w", sb.ID, err)
-			}
-			var holder string
-			err = tx.queryRow(ctx, `SELECT id FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`,
-				sb.Tenant, sb.IdempotencyKey).Scan(&holder)
-			if err == nil {
-				return fmt.Errorf("sandbox %q: key %q held by sandbox %q: %w", sb.ID, sb.IdempotencyKey, holder, berth.ErrIdempotencyConflict)
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return s.errorf("create sandbox %q: %w", sb.ID, err)
-			}
+	}
+	// A holder that fails between the insert and the lookup frees the key: try again.
+	for range 3 {
+		var inserted bool
+		err := tx.queryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING TRUE`,
+			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
+			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
+			sb.Image, sb.RequestHash).Scan(&inserted)
+		if err == nil {
+			return berth.Event{
+				At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
+				Reason: reason, Actor: actor,
+			}, nil
 		}
-		return fmt.Errorf("sandbox %q: key %q: %w", sb.ID, sb.IdempotencyKey, berth.ErrIdempotencyConflict)
-	})
+		if !errors.Is(err, sql.ErrNoRows) {
+			return berth.Event{}, s.errorf("create sandbox %q: %w", sb.ID, err)
+		}
+		var holder string
+		err = tx.queryRow(ctx, `SELECT id FROM sandboxes WHERE tenant = ? AND idempotency_key = ?`,
+			sb.Tenant, sb.IdempotencyKey).Scan(&holder)
+		if err == nil {
+			return berth.Event{}, fmt.Errorf("sandbox %q: key %q held by sandbox %q: %w", sb.ID, sb.IdempotencyKey, holder, berth.ErrIdempotencyConflict)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return berth.Event{}, s.errorf("create sandbox %q: %w", sb.ID, err)
+		}
+	}
+	return berth.Event{}, fmt.Errorf("sandbox %q: key %q: %w", sb.ID, sb.IdempotencyKey, berth.ErrIdempotencyConflict)
 }
 
 // Sandbox returns sandbox id or an error wrapping berth.ErrNotFound.
@@ -179,6 +200,15 @@ func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.S
 	if !to.Valid() {
 		return false, s.errorf("transition sandbox %q: unknown state %q", id, to)
 	}
+	if len(from) == 1 && from[0] != to && !to.Terminal() {
+		// The common case (a create's starting → running): the conditional UPDATE and the
+		// event go in one batch, and the transaction is rolled back when the row was not in
+		// from[0]; the path below then tells why (issue 16, goal 1).
+		moved, err := s.transitionBatched(ctx, id, from[0], to, reason, actor, now)
+		if !errors.Is(err, errNotMoved) {
+			return moved, err
+		}
+	}
 	var moved bool
 	err := s.inTx(ctx, func(tx *Tx) error {
 		var err error
@@ -186,6 +216,55 @@ func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.S
 		return err
 	})
 	return moved, err
+}
+
+// errNotMoved rolls transitionBatched back: the row was not in the state it moves from.
+var errNotMoved = errors.New("the sandbox is not in the state it moves from")
+
+// transitionBatched is TransitionSandbox from one state to a live one, its UPDATE and event
+// sent in one batch; errNotMoved (nothing written) when the row is not in from.
+func (s *Store) transitionBatched(ctx context.Context, id string, from, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+	err := s.inTx(ctx, func(tx *Tx) error {
+		b := &batch{}
+		set, args := transitionSet(from, to, nil, now)
+		b.queue(`UPDATE sandboxes SET `+set+` WHERE id = ? AND state = ?`, append(append(args, reason), id, string(from))...)
+		s.queueEvents(tx, b, berth.Event{At: now, Entity: "sandbox/" + id, From: string(from), To: string(to), Reason: reason, Actor: actor})
+		res := tx.send(ctx, b)
+		r, err := res.Exec()
+		var n int64
+		if err == nil {
+			n, err = r.RowsAffected()
+		}
+		if err == nil {
+			_, err = res.Exec()
+		}
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+		switch {
+		case err != nil:
+			return s.errorf("transition sandbox %q: %w", id, err)
+		case n != 1:
+			return errNotMoved
+		}
+		return nil
+	})
+	return err == nil, err
+}
+
+// transitionSet is the SET clause (and its arguments, reason last to add) of a transition
+// from state to to, with place's agent, TTL end, pause time and image when not nil.
+func transitionSet(state, to berth.SandboxState, place *berth.SandboxMove, now time.Time) (string, []any) {
+	set := `state = ?, idempotency_key = CASE WHEN ? THEN NULL ELSE idempotency_key END, ended_at = ?`
+	args := []any{string(to), state.FreesIdempotencyKey(to), nullMS(time.Time{})}
+	if to.Terminal() {
+		args[2] = ms(now) // retention counts from here (PurgeEnded)
+	}
+	if place != nil {
+		set += `, agent_id = ?, expires_at = ?, paused_at = ?, image = ?`
+		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
+	}
+	return set + `, reason = ?`, args
 }
 
 // MoveSandbox moves sandbox id to m.To, as TransitionSandbox does (same guard on from under
@@ -215,33 +294,51 @@ func (s *Store) MoveSandbox(ctx context.Context, id string, from []berth.Sandbox
 // pause time and image (place.To is ignored; to is the new state).
 func (s *Store) transitionTx(ctx context.Context, tx *Tx, id string, from []berth.SandboxState, to berth.SandboxState,
 	place *berth.SandboxMove, reason, actor string, now time.Time) (bool, error) {
+	update := func(state berth.SandboxState, where string, whereArgs ...any) (int64, error) {
+		set, args := transitionSet(state, to, place, now)
+		res, err := tx.exec(ctx, `UPDATE sandboxes SET `+set+` WHERE `+where, append(append(args, reason), whereArgs...)...)
+		if err != nil {
+			return 0, s.errorf("transition sandbox %q: %w", id, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, s.errorf("transition sandbox %q: %w", id, err)
+		}
+		return n, nil
+	}
 	var cur string
-	err := tx.queryRow(ctx, `SELECT state FROM sandboxes WHERE id = ?`+s.d.ForUpdate, id).Scan(&cur)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
+	// One allowed state (a create's starting → running, say): one conditional UPDATE, whose
+	// row lock and re-check of the state do what SELECT … FOR UPDATE and a check would (issue
+	// 16, goal 1). When it matches nothing, the read below tells "no such sandbox" from "in
+	// another state".
+	if len(from) == 1 && from[0] != to {
+		n, err := update(from[0], `id = ? AND state = ?`, id, string(from[0]))
+		if err != nil {
+			return false, err
+		}
+		if n == 1 {
+			cur = string(from[0])
+		}
 	}
-	if err != nil {
-		return false, s.errorf("transition sandbox %q: %w", id, err)
-	}
-	state := berth.SandboxState(cur)
-	allowed := slices.Contains(from, state)
-	if len(from) == 0 {
-		allowed = !state.Terminal()
-	}
-	if !allowed || state == to {
-		return false, nil
-	}
-	set := `state = ?, reason = ?, idempotency_key = CASE WHEN ? THEN NULL ELSE idempotency_key END, ended_at = ?`
-	args := []any{string(to), reason, state.FreesIdempotencyKey(to), nullMS(time.Time{})}
-	if to.Terminal() {
-		args[3] = ms(now) // retention counts from here (PurgeEnded)
-	}
-	if place != nil {
-		set += `, agent_id = ?, expires_at = ?, paused_at = ?, image = ?`
-		args = append(args, place.AgentID, nullMS(place.ExpiresAt), nullMS(place.PausedAt), place.Image)
-	}
-	if _, err := tx.exec(ctx, `UPDATE sandboxes SET `+set+` WHERE id = ?`, append(args, id)...); err != nil {
-		return false, s.errorf("transition sandbox %q: %w", id, err)
+	if cur == "" {
+		err := tx.queryRow(ctx, `SELECT state FROM sandboxes WHERE id = ?`+s.d.ForUpdate, id).Scan(&cur)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, fmt.Errorf("sandbox %q: %w", id, berth.ErrNotFound)
+		}
+		if err != nil {
+			return false, s.errorf("transition sandbox %q: %w", id, err)
+		}
+		state := berth.SandboxState(cur)
+		allowed := slices.Contains(from, state)
+		if len(from) == 0 {
+			allowed = !state.Terminal()
+		}
+		if !allowed || state == to || len(from) == 1 {
+			return false, nil // len(from) == 1: the UPDATE above found it in another state
+		}
+		if _, err := update(state, `id = ?`, id); err != nil {
+			return false, err
+		}
 	}
 	if err := s.insertEvent(ctx, tx, berth.Event{
 		At: now, Entity: "sandbox/" + id, From: cur, To: string(to), Reason: reason, Actor: actor,

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -96,7 +97,16 @@ type Store struct {
 	db     DB
 	d      Dialect
 	events evlog.Hook // LogEvents
+	// trips counts the requests sent to the database (RoundTrips).
+	trips atomic.Int64
 }
+
+// RoundTrips returns how many requests this Store has sent to its database: every
+// statement, and every BEGIN, COMMIT and ROLLBACK (each one round trip to PostgreSQL; SQLite
+// has no network, but the count is the same work). The server exports it as
+// berth_store_round_trips_total, so `berth bench create` can report round trips per create
+// (issue 16, goal 1).
+func (s *Store) RoundTrips() int64 { return s.trips.Load() }
 
 // New returns the Store over db speaking dialect d. The caller migrates db; Close closes it.
 func New(db DB, d Dialect) *Store {
@@ -117,26 +127,31 @@ func (s *Store) errorf(format string, args ...any) error {
 	return fmt.Errorf(s.d.Name+": "+format, args...)
 }
 
-// conn runs '?' queries on a database or a transaction, rebinding them for the dialect.
+// conn runs '?' queries on a database or a transaction, rebinding them for the dialect and
+// counting them in trips.
 type conn struct {
 	q      Querier
 	rebind func(string) string
+	trips  *atomic.Int64
 }
 
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.trips.Add(1)
 	return c.q.Exec(ctx, c.rebind(query), args...)
 }
 
 func (c conn) query(ctx context.Context, query string, args ...any) (Rows, error) {
+	c.trips.Add(1)
 	return c.q.Query(ctx, c.rebind(query), args...)
 }
 
 func (c conn) queryRow(ctx context.Context, query string, args ...any) Row {
+	c.trips.Add(1)
 	return c.q.QueryRow(ctx, c.rebind(query), args...)
 }
 
 // pool is the Store's database as a conn.
-func (s *Store) pool() conn { return conn{q: s.db, rebind: s.d.Rebind} }
+func (s *Store) pool() conn { return conn{q: s.db, rebind: s.d.Rebind, trips: &s.trips} }
 
 // Tx is one write transaction of a Store.
 type Tx struct {
@@ -167,17 +182,20 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 
 // tryTx is one run of inTx.
 func (s *Store) tryTx(ctx context.Context, fn func(tx *Tx) error) error {
+	s.trips.Add(1)
 	dbTx, err := s.db.Begin(ctx)
 	if err != nil {
 		return s.errorf("begin: %w", err)
 	}
-	tx := &Tx{conn: conn{q: dbTx, rebind: s.d.Rebind}}
+	tx := &Tx{conn: conn{q: dbTx, rebind: s.d.Rebind, trips: &s.trips}}
 	done := s.events.Begin(tx) // per attempt: a retried transaction logs once
 	if err := fn(tx); err != nil {
+		s.trips.Add(1)
 		_ = dbTx.Rollback(ctx)
 		done(false)
 		return err
 	}
+	s.trips.Add(1)
 	if err := dbTx.Commit(ctx); err != nil {
 		done(false)
 		return s.errorf("commit: %w", err)
@@ -191,14 +209,43 @@ func (s *Store) tryTx(ctx context.Context, fn func(tx *Tx) error) error {
 
 // insertEvent appends e to the event log inside tx (LIF-3).
 func (s *Store) insertEvent(ctx context.Context, tx *Tx, e berth.Event) error {
-	_, err := tx.exec(ctx,
-		`INSERT INTO events (at, entity, from_state, to_state, reason, actor) VALUES (?, ?, ?, ?, ?, ?)`,
-		ms(e.At), e.Entity, e.From, e.To, e.Reason, e.Actor)
-	if err != nil {
-		return s.errorf("event %s: %w", e.Entity, err)
+	return s.insertEvents(ctx, tx, e)
+}
+
+// insertEvents appends evs to the event log inside tx, in order, with one statement (LIF-3).
+func (s *Store) insertEvents(ctx context.Context, tx *Tx, evs ...berth.Event) error {
+	if len(evs) == 0 {
+		return nil
 	}
-	evlog.Add(tx, e)
+	q, args := eventsInsert(evs)
+	if _, err := tx.exec(ctx, q, args...); err != nil {
+		return s.errorf("event %s: %w", evs[0].Entity, err)
+	}
+	for _, e := range evs {
+		evlog.Add(tx, e)
+	}
 	return nil
+}
+
+// queueEvents queues insertEvents' statement in b (the batch's answers must then be read and
+// its transaction committed for the events to be logged, as insertEvents').
+func (s *Store) queueEvents(tx *Tx, b *batch, evs ...berth.Event) {
+	q, args := eventsInsert(evs)
+	b.queue(q, args...)
+	for _, e := range evs {
+		evlog.Add(tx, e)
+	}
+}
+
+// eventsInsert is the one statement inserting evs (at least one).
+func eventsInsert(evs []berth.Event) (string, []any) {
+	q := `INSERT INTO events (at, entity, from_state, to_state, reason, actor) VALUES (?, ?, ?, ?, ?, ?)` +
+		strings.Repeat(`, (?, ?, ?, ?, ?, ?)`, len(evs)-1)
+	args := make([]any, 0, 6*len(evs))
+	for _, e := range evs {
+		args = append(args, ms(e.At), e.Entity, e.From, e.To, e.Reason, e.Actor)
+	}
+	return q, args
 }
 
 // scanner is what Row and Rows have in common.

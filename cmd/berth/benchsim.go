@@ -1,0 +1,129 @@
+package main
+
+// Simulated agents for `berth bench fleet --sim-agents N` (issue 16, goal 2): each joins with
+// the node token and heartbeats every interval at its own phase, as an agent on a host of
+// its own would — its first heartbeat the whole held list, then deltas against what the
+// server acknowledged, one held sandbox's working set changing each time — but runs nothing
+// and takes no placements (intake closed, nothing admittable), so thousands fit in one
+// process beside the real no-op agents the creates go to.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/server"
+)
+
+// simAgentHeld is how many sandboxes each simulated agent holds.
+const simAgentHeld = 10
+
+// simStats is what the simulated agents saw.
+type simStats struct {
+	Sent, Acked, Resyncs, Failed atomic.Int64
+	mu                           sync.Mutex
+	maxGap                       []time.Duration // per agent: the longest time between two acks
+}
+
+// runSimAgents runs n simulated agents against urls until ctx ends; ready is closed once every
+// one has joined and sent its first heartbeat (or ctx ended).
+func runSimAgents(ctx context.Context, urls []string, nodeToken string, n int, interval time.Duration, st *simStats, ready chan<- struct{}) {
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}
+	st.maxGap = make([]time.Duration, n)
+	var joined sync.WaitGroup
+	joined.Add(n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { simAgent(ctx, hc, urls[i%len(urls)], nodeToken, i, n, interval, st, &joined) })
+	}
+	go func() { joined.Wait(); close(ready) }()
+	wg.Wait()
+}
+
+func simAgent(ctx context.Context, hc *http.Client, url, nodeToken string, i, n int, interval time.Duration, st *simStats, joined *sync.WaitGroup) {
+	once := sync.OnceFunc(joined.Done)
+	defer once()
+	id := fmt.Sprintf("bench-sim-%05d", i+1)
+	opts := []client.Option{client.WithHTTPClient(hc), client.WithDeadline(time.Nanosecond)}
+	secret, err := client.New(url, nodeToken, opts...).JoinAgent(ctx, id)
+	if err != nil {
+		st.Failed.Add(1)
+		return
+	}
+	c := client.New(url, secret, opts...)
+	held := make([]berth.HeldSandbox, simAgentHeld)
+	for k := range held {
+		held[k] = berth.HeldSandbox{ID: fmt.Sprintf("%s-sb-%d", id, k), ResidentMiB: 64, Measured: true}
+	}
+	hb := berth.Heartbeat{AgentID: id, Address: "http://127.0.0.1:1", Status: berth.AgentActive, BootID: server.NewKeySecret()[:16],
+		MemoryAdmission: berth.AdmissionWorkingSet, MemoryMiBTotal: 65536, CPUTotal: 8}
+	var acked int64
+	last := time.Now()
+	// Each agent's heartbeats are due at its own phase of the interval, whatever the answers.
+	next := time.Now().Add(time.Duration(int64(interval) * int64(i) / int64(n)))
+	for seq := int64(1); ; seq++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		next = next.Add(interval)
+		hb.Seq, hb.HeartbeatAt = seq, time.Now()
+		hb.Delta, hb.BaseSeq, hb.Sandboxes = false, 0, held
+		if acked > 0 {
+			k := int(seq) % len(held)
+			held[k].ResidentMiB = 64 + 32*(seq%2) // one sandbox's working set moves past the threshold
+			hb.Delta, hb.BaseSeq, hb.Sandboxes = true, acked, held[k:k+1]
+		}
+		st.Sent.Add(1)
+		ack, err := c.HeartbeatAck(ctx, hb)
+		switch {
+		case err != nil:
+			st.Failed.Add(1)
+			acked = 0
+		case ack.Resync:
+			st.Resyncs.Add(1)
+			acked = 0
+		default:
+			st.Acked.Add(1)
+			acked = ack.Seq
+			now := time.Now()
+			if gap := now.Sub(last); seq > 1 && gap > st.gap(i) {
+				st.setGap(i, gap)
+			}
+			last = now
+			once()
+		}
+	}
+}
+
+func (s *simStats) gap(i int) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxGap[i]
+}
+
+func (s *simStats) setGap(i int, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxGap[i] = d
+}
+
+// staleAgents counts the simulated agents that went longer than limit between two acks.
+func (s *simStats) staleAgents(limit time.Duration) (int, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, g := range s.maxGap {
+		if g > limit {
+			n++
+		}
+	}
+	return n, slices.Max(append([]time.Duration{0}, s.maxGap...))
+}

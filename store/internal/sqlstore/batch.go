@@ -1,0 +1,78 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+)
+
+// Batcher is a TxConn that can send several statements in one round trip (PostgreSQL's
+// pipeline: pgx.Batch). The database runs them in order, each as its own statement (under
+// READ COMMITTED each takes its snapshot when it starts, after the ones before it ended).
+// A TxConn without it runs a batch's statements one after another (SQLite: no network).
+type Batcher interface {
+	SendBatch(ctx context.Context, queries []string, args [][]any) BatchResults
+}
+
+// BatchResults are a sent batch's results, read in the order the statements were queued,
+// each exactly once; Close reads (and so runs) whatever was not read, and must be called
+// before the transaction is used again.
+type BatchResults interface {
+	Exec() (sql.Result, error)
+	QueryRow() Row
+	Close() error
+}
+
+// batch queues '?' statements of a transaction to send together (Tx.send).
+type batch struct {
+	queries []string
+	args    [][]any
+}
+
+func (b *batch) queue(query string, args ...any) {
+	b.queries = append(b.queries, query)
+	b.args = append(b.args, args)
+}
+
+// send sends b in one round trip where the database allows it, and returns its results.
+func (t *Tx) send(ctx context.Context, b *batch) BatchResults {
+	queries := make([]string, len(b.queries))
+	for i, q := range b.queries {
+		queries[i] = t.rebind(q)
+	}
+	if bt, ok := t.q.(Batcher); ok {
+		t.trips.Add(1)
+		return bt.SendBatch(ctx, queries, b.args)
+	}
+	t.trips.Add(int64(len(queries)))
+	return &seqResults{ctx: ctx, q: t.q, queries: queries, args: b.args}
+}
+
+// seqResults runs a batch on a Querier one statement at a time, each when its result is read.
+type seqResults struct {
+	ctx     context.Context
+	q       Querier
+	queries []string
+	args    [][]any
+	next    int
+}
+
+func (r *seqResults) Exec() (sql.Result, error) {
+	i := r.next
+	r.next++
+	return r.q.Exec(r.ctx, r.queries[i], r.args[i]...)
+}
+
+func (r *seqResults) QueryRow() Row {
+	i := r.next
+	r.next++
+	return r.q.QueryRow(r.ctx, r.queries[i], r.args[i]...)
+}
+
+func (r *seqResults) Close() error {
+	for r.next < len(r.queries) {
+		if _, err := r.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

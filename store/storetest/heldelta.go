@@ -1,0 +1,149 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/berth-dev/berth"
+)
+
+// record runs RecordHeartbeat and fails the test on an error.
+func record(t *testing.T, s berth.Store, hb berth.Heartbeat, now time.Time) berth.HeartbeatResult {
+	t.Helper()
+	res, err := s.RecordHeartbeat(t.Context(), hb, now)
+	if err != nil {
+		t.Fatalf("RecordHeartbeat(%s seq %d): %v", hb.AgentID, hb.Seq, err)
+	}
+	return res
+}
+
+// wantHeld fails the test unless the store lists exactly want (in id order) as agent's held
+// sandboxes.
+func wantHeld(t *testing.T, s berth.Store, agent string, want []berth.HeldSandbox) {
+	t.Helper()
+	a, err := s.Agent(t.Context(), agent)
+	if err != nil {
+		t.Fatalf("Agent(%s): %v", agent, err)
+	}
+	if diff := cmp.Diff(want, a.Sandboxes, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("held sandboxes of %s (-want +got):\n%s", agent, diff)
+	}
+}
+
+// testHeldDelta: a delta heartbeat (issue 16, goal 2) changes only what it lists and removes
+// what it names, onto exactly the base it names; any other base — a lost answer, another
+// boot, an unknown agent, an overtaken heartbeat — is refused with Resync, applying nothing
+// but Ended (and leaving no placeholder agent behind).
+func testHeldDelta(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := heartbeat("a1", 2048)
+	hb.BootID, hb.Seq = "b1", 1
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 10, Measured: true}, {ID: "sb-2"}, {ID: "sb-3"}}
+	if res := record(t, s, hb, T0); !res.Applied || res.Resync || res.Agent.MemoryMiBAdmittable != 2048 {
+		t.Fatalf("whole list: %+v; want applied, the agent as written", res)
+	}
+	wantHeld(t, s, "a1", hb.Sandboxes)
+
+	d := hb
+	d.Seq, d.Delta, d.BaseSeq, d.MemoryMiBAdmittable = 2, true, 1, 1500
+	d.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 40, Measured: true}, {ID: "sb-4", Starting: true}}
+	d.Removed = []string{"sb-2", "never-held"}
+	if res := record(t, s, d, at(time.Second)); !res.Applied || res.Resync {
+		t.Fatalf("delta onto the acknowledged base: %+v; want applied", res)
+	}
+	wantHeld(t, s, "a1", []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 40, Measured: true}, {ID: "sb-3"}, {ID: "sb-4", Starting: true}})
+
+	// A delta onto a base the store does not hold (its answer to seq 2 was lost, say).
+	mustCreate(t, s, sandbox("sb-3", "t1", "a1", berth.SandboxRunning), T0)
+	stale := d
+	stale.Seq, stale.BaseSeq, stale.MemoryMiBAdmittable = 4, 3, 100
+	stale.Sandboxes, stale.Removed = nil, []string{"sb-1"}
+	stale.Ended = []berth.EndedSandbox{{ID: "sb-3", State: berth.SandboxStopped, Reason: "ttl"}}
+	if res := record(t, s, stale, at(2*time.Second)); res.Applied || !res.Resync {
+		t.Fatalf("delta onto seq 3 while the store holds seq 2: %+v; want resync", res)
+	}
+	a, err := s.Agent(ctx, "a1")
+	if err != nil || a.MemoryMiBAdmittable != 1500 || a.Seq != 2 {
+		t.Fatalf("after a refused delta: admittable %d seq %d, %v; want 1500 and 2 kept", a.MemoryMiBAdmittable, a.Seq, err)
+	}
+	wantHeld(t, s, "a1", []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 40, Measured: true}, {ID: "sb-3"}, {ID: "sb-4", Starting: true}})
+	if sb, err := s.Sandbox(ctx, "sb-3"); err != nil || sb.State != berth.SandboxStopped {
+		t.Fatalf("sb-3 after a refused delta that ended it: %+v, %v; want its ended list applied", sb, err)
+	}
+
+	// An overtaken delta, a delta of another boot and one from an unknown agent: resync too.
+	over := d
+	over.Seq, over.BaseSeq = 2, 1
+	other := d
+	other.BootID, other.Seq, other.BaseSeq = "b2", 3, 2
+	unknown := d
+	unknown.AgentID = "a9"
+	for name, x := range map[string]berth.Heartbeat{"overtaken": over, "another boot": other, "unknown agent": unknown} {
+		if res := record(t, s, x, at(3*time.Second)); res.Applied || !res.Resync {
+			t.Fatalf("%s delta: %+v; want resync", name, res)
+		}
+	}
+	if _, err := s.Agent(ctx, "a9"); err == nil {
+		t.Fatalf("a delta from an unknown agent left agent a9 behind")
+	}
+
+	// The whole list after a resync replaces the held rows, and deltas follow from it.
+	full := hb
+	full.Seq = 5
+	full.Sandboxes = []berth.HeldSandbox{{ID: "sb-4"}, {ID: "sb-5", ResidentMiB: 7, Measured: true}}
+	if res := record(t, s, full, at(4*time.Second)); !res.Applied {
+		t.Fatalf("whole list after a resync: %+v; want applied", res)
+	}
+	wantHeld(t, s, "a1", full.Sandboxes)
+	next := full
+	next.Seq, next.Delta, next.BaseSeq, next.Sandboxes, next.Removed = 6, true, 5, nil, []string{"sb-4"}
+	if res := record(t, s, next, at(5*time.Second)); !res.Applied {
+		t.Fatalf("delta after the resync: %+v; want applied", res)
+	}
+	wantHeld(t, s, "a1", []berth.HeldSandbox{{ID: "sb-5", ResidentMiB: 7, Measured: true}})
+}
+
+// testHeldDeltaNetsAndPromotes: what a delta leaves unchanged still counts as held (LED-4,
+// LIF-1, C09): a reservation for a sandbox listed by an earlier heartbeat is netted by a
+// delta that does not list it, a guest whose Starting flag a delta clears becomes running,
+// and an OOM count is compared with the stored one, not with the delta's silence.
+func testHeldDeltaNetsAndPromotes(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, sandbox("sb-1", "t1", "a1", berth.SandboxStarting), T0)
+	hb := heartbeat("a1", 2048)
+	hb.BootID, hb.Seq = "b1", 1
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", Starting: true}, {ID: "sb-2"}}
+	record(t, s, hb, T0)
+	if sb, _ := s.Sandbox(ctx, "sb-1"); sb.State != berth.SandboxStarting {
+		t.Fatalf("sb-1 listed as starting: %s, want starting", sb.State)
+	}
+	// A reservation taken for sb-2 after the heartbeat that listed it (a retried create):
+	// the next delta, silent about sb-2, nets it all the same.
+	if ok, err := s.Reserve(ctx, reservation("r-2", "a1", "sb-2", 256, at(time.Second)), at(time.Second)); err != nil || !ok {
+		t.Fatalf("Reserve r-2: %v, %v", ok, err)
+	}
+	d := hb
+	d.Seq, d.Delta, d.BaseSeq = 2, true, 1
+	d.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", OOMKills: 1}}
+	res := record(t, s, d, at(2*time.Second))
+	if !res.Applied || res.Netted != 1 {
+		t.Fatalf("delta: %+v; want applied, r-2 netted", res)
+	}
+	if sb, _ := s.Sandbox(ctx, "sb-1"); sb.State != berth.SandboxRunning {
+		t.Fatalf("sb-1 after a delta clearing Starting: %s, want running", sb.State)
+	}
+	d2 := d
+	d2.Seq, d2.BaseSeq, d2.Sandboxes = 3, 2, []berth.HeldSandbox{{ID: "sb-2", ResidentMiB: 5, Measured: true}}
+	record(t, s, d2, at(3*time.Second)) // silent about sb-1: no new kill
+	d3 := d2
+	d3.Seq, d3.BaseSeq, d3.Sandboxes = 4, 3, []berth.HeldSandbox{{ID: "sb-1", OOMKills: 3}}
+	record(t, s, d3, at(4*time.Second))
+	evs, err := s.Events(ctx, berth.EventFilter{Entity: "sandbox/sb-1", To: "oom_kill"})
+	if err != nil || len(evs) != 2 || !evs[0].At.Equal(at(2*time.Second)) || !evs[1].At.Equal(at(4*time.Second)) ||
+		evs[1].Reason != "the kernel OOM killer killed 2 process(es) in it" {
+		t.Fatalf("OOM events: %+v, %v; want one at 2 s (1 kill) and one at 4 s (2 more)", evs, err)
+	}
+}
