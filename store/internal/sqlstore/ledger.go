@@ -85,27 +85,12 @@ func (s *Store) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb be
 	err = s.inTx(ctx, func(tx *Tx) error {
 		took = false
 		b := &batch{}
-		b.queue(`SELECT memory_mb_admittable FROM agents WHERE id = ?`+s.d.ForUpdate, r.AgentID)
-		b.queue(`SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`,
-			r.AgentID, ms(now))
-		b.queue(`INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt))
-		b.queue(`SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`+s.d.ForUpdate, sb.Tenant)
-		b.queue(`INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-			RETURNING TRUE`,
-			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
-			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
-			sb.Image, sb.RequestHash)
-		evs := []berth.Event{{
-			At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
-			Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner), Actor: r.Owner,
-		}, {
-			At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
-			Reason: reason, Actor: actor,
-		}}
-		s.queueEvents(tx, b, evs...)
+		b.queue(lockAgentSQL+s.d.ForUpdate, r.AgentID)
+		b.queue(pendingSQL, r.AgentID, ms(now))
+		b.queue(insertReservationSQL, reservationArgs(r, created)...)
+		b.queue(quotaSQL+s.d.ForUpdate, sb.Tenant)
+		b.queue(insertSandboxSQL, sandboxArgs(sb, meta, key)...)
+		s.queueEvents(tx, b, reservationEvent(r, now), sandboxEvent(sb, reason, actor, now))
 		res := tx.send(ctx, b)
 		fits, q, inserted, err := s.reserveAndCreateAnswers(res, r, sb)
 		if cerr := res.Close(); err == nil && cerr != nil {
@@ -199,6 +184,25 @@ func (s *Store) reserveAndCreateOneByOne(ctx context.Context, r berth.Reservatio
 	return took, nil
 }
 
+// The statements of a reservation, one text for Reserve's and ReserveAndCreate's paths: the
+// agent's row (locked with Dialect.ForUpdate appended, LED-1), the sum of its unexpired
+// reservations, and the insert (reservationArgs).
+const (
+	lockAgentSQL         = `SELECT memory_mb_admittable FROM agents WHERE id = ?`
+	pendingSQL           = `SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`
+	insertReservationSQL = `INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`
+)
+
+func reservationArgs(r berth.Reservation, created time.Time) []any {
+	return []any{r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt)}
+}
+
+// reservationEvent is a reservation's event "" → held (LIF-3).
+func reservationEvent(r berth.Reservation, now time.Time) berth.Event {
+	return berth.Event{At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
+		Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner), Actor: r.Owner}
+}
+
 // checkReservation refuses a reservation Reserve cannot take as written.
 func (s *Store) checkReservation(r berth.Reservation) error {
 	switch {
@@ -220,8 +224,7 @@ func (s *Store) reserveTx(ctx context.Context, tx *Tx, r berth.Reservation, now 
 		created = now
 	}
 	var admittable int64
-	err := tx.queryRow(ctx, `SELECT memory_mb_admittable FROM agents WHERE id = ?`+s.d.ForUpdate, r.AgentID).
-		Scan(&admittable)
+	err := tx.queryRow(ctx, lockAgentSQL+s.d.ForUpdate, r.AgentID).Scan(&admittable)
 	if errors.Is(err, sql.ErrNoRows) {
 		return berth.Event{}, false, nil
 	}
@@ -230,26 +233,17 @@ func (s *Store) reserveTx(ctx context.Context, tx *Tx, r berth.Reservation, now 
 	}
 	if r.MiB > 0 {
 		var pending int64
-		if err := tx.queryRow(ctx,
-			`SELECT CAST(COALESCE(SUM(mib), 0) AS BIGINT) FROM reservations WHERE agent_id = ? AND expires_at > ?`,
-			r.AgentID, ms(now)).Scan(&pending); err != nil {
+		if err := tx.queryRow(ctx, pendingSQL, r.AgentID, ms(now)).Scan(&pending); err != nil {
 			return berth.Event{}, false, s.errorf("reserve %q: %w", r.ID, err)
 		}
 		if admittable-pending < r.MiB {
 			return berth.Event{}, false, nil
 		}
 	}
-	if _, err := tx.exec(ctx, `
-		INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.AgentID, r.SandboxID, r.MiB, r.Owner, ms(created), ms(r.ExpiresAt)); err != nil {
+	if _, err := tx.exec(ctx, insertReservationSQL, reservationArgs(r, created)...); err != nil {
 		return berth.Event{}, false, s.errorf("reserve %q: %w", r.ID, err)
 	}
-	return berth.Event{
-		At: now, Entity: "reservation/" + r.ID, From: "", To: resHeld,
-		Reason: fmt.Sprintf("reserved for sandbox/%s by %s", r.SandboxID, r.Owner),
-		Actor:  r.Owner,
-	}, true, nil
+	return reservationEvent(r, now), true, nil
 }
 
 // Release deletes reservation id with the event held → released (actor: its owner). It is

@@ -74,6 +74,25 @@ func (s *Store) prepareSandbox(sb berth.Sandbox, now time.Time) (berth.Sandbox, 
 	return sb, meta, key, reason, nil
 }
 
+// insertSandboxSQL inserts a sandbox row unless its tenant's Idempotency-Key is held, and
+// returns TRUE when it did (sandboxArgs; CreateSandbox and ReserveAndCreate).
+const insertSandboxSQL = `INSERT INTO sandboxes (` + sandboxColumns + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+	RETURNING TRUE`
+
+func sandboxArgs(sb berth.Sandbox, meta, key any) []any {
+	return []any{sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
+		ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
+		sb.Image, sb.RequestHash}
+}
+
+// sandboxEvent is a new sandbox's event pending → sb.State (LIF-3).
+func sandboxEvent(sb berth.Sandbox, reason, actor string, now time.Time) berth.Event {
+	return berth.Event{At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
+		Reason: reason, Actor: actor}
+}
+
 // createSandboxTx is CreateSandbox inside tx: the quota check and the insert. It returns the
 // event pending → sb.State to write.
 func (s *Store) createSandboxTx(ctx context.Context, tx *Tx, sb berth.Sandbox, meta, key any, reason, actor string, now time.Time) (berth.Event, error) {
@@ -97,18 +116,9 @@ func (s *Store) createSandboxTx(ctx context.Context, tx *Tx, sb berth.Sandbox, m
 	// A holder that fails between the insert and the lookup frees the key: try again.
 	for range 3 {
 		var inserted bool
-		err := tx.queryRow(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-			RETURNING TRUE`,
-			sb.ID, sb.Template, sb.Tenant, sb.AgentID, string(sb.State), sb.MemoryMiB, sb.VCPUs, sb.Stateful,
-			ms(sb.CreatedAt), nullMS(sb.ExpiresAt), meta, sb.Reason, key, sb.Volume, nullMS(sb.PausedAt),
-			sb.Image, sb.RequestHash).Scan(&inserted)
+		err := tx.queryRow(ctx, insertSandboxSQL, sandboxArgs(sb, meta, key)...).Scan(&inserted)
 		if err == nil {
-			return berth.Event{
-				At: now, Entity: "sandbox/" + sb.ID, From: string(berth.SandboxPending), To: string(sb.State),
-				Reason: reason, Actor: actor,
-			}, nil
+			return sandboxEvent(sb, reason, actor, now), nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return berth.Event{}, s.errorf("create sandbox %q: %w", sb.ID, err)

@@ -119,11 +119,14 @@ func (s *Store) Quota(ctx context.Context, tenant string) (berth.Quota, error) {
 	return s.quotaOf(ctx, s.pool(), tenant, false)
 }
 
+// quotaSQL reads a tenant's quota row (Dialect.ForUpdate appended to lock it, ADM-11).
+const quotaSQL = `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`
+
 // quotaOf reads a tenant's quota; lock takes the row lock that serialises the tenant's
 // creates across replicas (ADM-11 is a hard limit).
 func (s *Store) quotaOf(ctx context.Context, db conn, tenant string, lock bool) (berth.Quota, error) {
 	q := berth.Quota{Tenant: tenant}
-	query := `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`
+	query := quotaSQL
 	if lock {
 		query += s.d.ForUpdate
 	}
