@@ -111,8 +111,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// A background process that touches 100 MiB is measured (SPEC §13), within ±20 %: the init
-// and the python interpreter add a few MiB.
+// A background process that touches 100 MiB is measured (SPEC §13): the measurement grows by
+// 100 MiB ± 20 % over the idle sandbox's (the python interpreter adds a few MiB). The growth,
+// not the total, is judged: uncontained, the init's own resident set is in the total, and on
+// a loaded machine it reached 15–23 MiB, which put a right measurement (123 MiB) over a bound
+// on the total.
 func TestMeasureBackgroundProcess(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -128,12 +131,18 @@ func TestMeasureBackgroundProcess(t *testing.T) {
 			run(t, r, "sb-mem", berth.ExecRequest{Cmd: []string{"sh", "-c",
 				`python3 -c "b=bytes(range(256))*(100*4096); import time; time.sleep(600)" >/dev/null 2>&1 &`}})
 			var last Measurement
-			waitFor(t, "the measurement to reach 100 MiB ± 20 %", func() bool {
+			grew := func() int64 { return last.ResidentMiB - before.ResidentMiB }
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("idle %+v, last %+v", before, last)
+				}
+			})
+			waitFor(t, "the measurement to grow by 100 MiB ± 20 %", func() bool {
 				last, err = r.Measure("sb-mem")
 				if err != nil {
 					t.Fatalf("Measure: %v", err)
 				}
-				return last.ResidentMiB >= 80 && last.ResidentMiB <= 120
+				return grew() >= 80 && grew() <= 120
 			})
 			if !last.Seen || last.Exited {
 				t.Errorf("Measure = %+v, want seen and not exited", last)
