@@ -91,3 +91,11 @@ func (b pgBatch) Exec() (sql.Result, error) {
 
 func (b pgBatch) QueryRow() sqlstore.Row { return pgRow{b.br.QueryRow()} }
 func (b pgBatch) Close() error           { return b.br.Close() }
+
+func (b pgBatch) Query() (sqlstore.Rows, error) {
+	rows, err := b.br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}

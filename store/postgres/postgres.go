@@ -67,6 +67,7 @@ func dialect() sqlstore.Dialect {
 		Rebind:    sqlstore.DollarRebind,
 		ForUpdate: " FOR UPDATE",
 		ArrayArgs: true,
+		Pipelines: true,
 		Greatest:  "GREATEST",
 		NotifyAgent: func(ctx context.Context, tx *sqlstore.Tx, id string) error {
 			if err := tx.Exec(ctx, `SELECT pg_notify(?, ?)`, AgentsChannel, id); err != nil {

@@ -147,3 +147,75 @@ func testHeldDeltaNetsAndPromotes(t *testing.T, s berth.Store) {
 		t.Fatalf("OOM events: %+v, %v; want one at 2 s (1 kill) and one at 4 s (2 more)", evs, err)
 	}
 }
+
+// testUsualDeltaKeepsOrder: the usual delta heartbeat (PostgreSQL's one-batch path, issue 16
+// goal 2; SQLite's general path) writes what the general path writes: a sandbox the delta lists as
+// started and also reports ended goes straight to its end (never through running), its
+// reservation is released with its end (and the started one's netted) by the same heartbeat; a delta of a drained agent keeps it draining
+// and writes no status event; a delta whose reported status changes writes that event.
+func testUsualDeltaKeepsOrder(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := heartbeat("a1", 2048)
+	hb.BootID, hb.Seq = "b1", 1
+	record(t, s, hb, T0)
+	mustCreate(t, s, sandbox("sb-1", "t1", "a1", berth.SandboxStarting), T0)
+	mustCreate(t, s, sandbox("sb-2", "t1", "a1", berth.SandboxStarting), T0)
+	mustReserve(t, s, reservation("r-1", "a1", "sb-1", 256, T0), T0)
+	mustReserve(t, s, reservation("r-2", "a1", "sb-2", 256, T0), T0)
+
+	d := hb
+	d.Seq, d.Delta, d.BaseSeq = 2, true, 1
+	d.Sandboxes = []berth.HeldSandbox{{ID: "sb-1"}, {ID: "sb-2"}}
+	d.Ended = []berth.EndedSandbox{{ID: "sb-1", State: berth.SandboxFailed, Reason: "init died"}}
+	res := record(t, s, d, at(time.Second))
+	if !res.Applied || res.Netted != 1 || res.Agent.Seq != 2 || res.Agent.AgentID != "a1" {
+		t.Fatalf("delta: %+v; want applied, r-2 netted (r-1 goes with sb-1's end), the agent as written", res)
+	}
+	for id, want := range map[string]berth.SandboxState{"sb-1": berth.SandboxFailed, "sb-2": berth.SandboxRunning} {
+		if sb, err := s.Sandbox(ctx, id); err != nil || sb.State != want {
+			t.Fatalf("%s: %+v, %v; want %s", id, sb, err, want)
+		}
+	}
+	evs, err := s.Events(ctx, berth.EventFilter{Entity: "sandbox/sb-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	for _, e := range evs {
+		path = append(path, e.From+"→"+e.To)
+	}
+	if diff := cmp.Diff([]string{"pending→starting", "starting→failed"}, path); diff != "" {
+		t.Fatalf("sb-1's events (-want +got):\n%s", diff)
+	}
+	if r, err := s.Reservations(ctx); err != nil || len(r) != 0 {
+		t.Fatalf("reservations after the delta: %+v, %v; want none", r, err)
+	}
+
+	if err := s.SetAgentDrain(ctx, "a1", true, "maintenance", "admin", at(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	d.Seq, d.BaseSeq, d.Sandboxes, d.Ended = 3, 2, nil, nil
+	if res := record(t, s, d, at(3*time.Second)); !res.Applied || res.Agent.Status != berth.AgentDraining {
+		t.Fatalf("delta of a drained agent: %+v; want applied, still draining", res)
+	}
+	before, err := s.Events(ctx, berth.EventFilter{Entity: "agent/a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetAgentDrain(ctx, "a1", false, "", "admin", at(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	d.Seq, d.BaseSeq, d.Status = 4, 3, berth.AgentDraining // the agent drains itself (a notice)
+	if res := record(t, s, d, at(5*time.Second)); !res.Applied || res.Agent.Status != berth.AgentDraining {
+		t.Fatalf("delta reporting draining: %+v; want applied, draining", res)
+	}
+	after, err := s.Events(ctx, berth.EventFilter{Entity: "agent/a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := after[len(after)-1]
+	if len(after) != len(before)+2 || last.To != string(berth.AgentDraining) || last.Reason != "heartbeat" {
+		t.Fatalf("agent events: %d before the undrain, %d after, last %+v; want the undrain and then active → draining (heartbeat)",
+			len(before), len(after), last)
+	}
+}

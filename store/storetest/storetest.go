@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"OOMEvents", one(testOOMEvents)},
 		{"HeldDelta", one(testHeldDelta)},
 		{"HeldDeltaNetsAndPromotes", one(testHeldDeltaNetsAndPromotes)},
+		{"UsualDeltaKeepsOrder", one(testUsualDeltaKeepsOrder)},
 		{"Reserve", testReserve},
 		{"ReserveEvent", one(testReserveEvent)},
 		{"ReserveConcurrentNeverOverAdmits", one(testReserveConcurrent)},

@@ -19,6 +19,9 @@ type Batcher interface {
 type BatchResults interface {
 	Exec() (sql.Result, error)
 	QueryRow() Row
+	// Query answers a statement of any number of rows; they must be read (or closed)
+	// before the next result.
+	Query() (Rows, error)
 	Close() error
 }
 
@@ -66,6 +69,12 @@ func (r *seqResults) QueryRow() Row {
 	i := r.next
 	r.next++
 	return r.q.QueryRow(r.ctx, r.queries[i], r.args[i]...)
+}
+
+func (r *seqResults) Query() (Rows, error) {
+	i := r.next
+	r.next++
+	return r.q.Query(r.ctx, r.queries[i], r.args[i]...)
 }
 
 func (r *seqResults) Close() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +64,12 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now tim
 		return berth.HeartbeatResult{}, err
 	}
 	actor := "agent/" + hb.AgentID
+	if s.d.Pipelines && hb.Delta && hb.Seq > 0 && hb.BaseSeq > 0 {
+		res, err := s.recordDelta(ctx, hb, reported, ended, actor, now)
+		if !errors.Is(err, errNotUsual) {
+			return res, err
+		}
+	}
 	var res berth.HeartbeatResult
 	err = s.inTx(ctx, func(tx *Tx) error {
 		res = berth.HeartbeatResult{}
@@ -105,21 +112,7 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now tim
 		if drain != "" {
 			status = berth.AgentDraining
 		}
-		_, err = tx.exec(ctx, `
-			UPDATE agents SET address = ?, region = ?, pool = ?, preemptible = ?, heartbeat_at = ?,
-				status = ?, reported_status = ?, cpu_total = ?, cpu_used = ?, memory_mb_total = ?,
-				memory_mb_used = ?, memory_mb_committed = ?, memory_admission = ?,
-				memory_mb_admittable = ?, intake_open = ?, memory_pressure = ?, starts_in_flight = ?,
-				ended = ?, version = ?,
-				boot_id = ?, measurement_errors = ?, last_seen = ?, runtime = ?, checkpoint = ?,
-				heartbeat_seq = ?, held_boot = ?, held_seq = ?
-			WHERE id = ?`,
-			hb.Address, hb.Region, hb.Pool, hb.Preemptible, nullMS(hb.HeartbeatAt),
-			string(status), string(reported), hb.CPUTotal, hb.CPUUsed, hb.MemoryMiBTotal, hb.MemoryMiBUsed,
-			hb.MemoryMiBCommitted, hb.MemoryAdmission, hb.MemoryMiBAdmittable, hb.IntakeOpen,
-			hb.MemoryPressure, hb.StartsInFlight, ended,
-			hb.Version, hb.BootID, hb.MeasurementErrors, ms(now), hb.Runtime, hb.Checkpoint, hb.Seq,
-			hb.BootID, hb.Seq, hb.AgentID)
+		_, err = tx.exec(ctx, updateAgentSQL+` WHERE id = ?`, append(updateAgentArgs(hb, reported, ended, now), hb.AgentID)...)
 		if err != nil {
 			return s.errorf("heartbeat of %q: %w", hb.AgentID, err)
 		}
@@ -234,38 +227,51 @@ func (s *Store) writeHeld(ctx context.Context, tx *Tx, hb berth.Heartbeat, sameB
 			return err
 		}
 	}
-	for start := 0; start < len(gone); start += 500 {
-		cond, args := s.in("sandbox_id", gone[start:min(start+500, len(gone))])
-		if _, err := tx.exec(ctx, `DELETE FROM agent_held WHERE agent_id = ? AND `+cond, append([]any{hb.AgentID}, args...)...); err != nil {
+	b := &batch{}
+	s.queueHeld(b, hb.AgentID, gone, put)
+	if len(b.queries) == 0 {
+		return nil
+	}
+	res := tx.send(ctx, b)
+	for range b.queries {
+		if _, err := res.Exec(); err != nil {
+			res.Close()
 			return s.errorf("held sandboxes of %q: %w", hb.AgentID, err)
 		}
 	}
-	if len(put) > 0 {
-		seen := make(map[string]bool, len(put))
-		rows := make([]berth.HeldSandbox, 0, len(put))
-		for _, h := range put {
-			if h.ID != "" && !seen[h.ID] { // one row per id: a repeated id in one statement is an error
-				seen[h.ID] = true
-				rows = append(rows, h)
-			}
-		}
-		put = rows
-	}
-	for start := 0; start < len(put); start += heldBatch {
-		batch := put[start:min(start+heldBatch, len(put))]
-		args := make([]any, 0, 6*len(batch))
-		for _, h := range batch {
-			args = append(args, hb.AgentID, h.ID, h.ResidentMiB, h.Measured, h.Starting, h.OOMKills)
-		}
-		q := `INSERT INTO agent_held (agent_id, sandbox_id, resident_mb, measured, starting, oom_kills) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(batch)), ", ") +
-			` ON CONFLICT (agent_id, sandbox_id) DO UPDATE SET resident_mb = excluded.resident_mb,
-				measured = excluded.measured, starting = excluded.starting, oom_kills = excluded.oom_kills`
-		if _, err := tx.exec(ctx, q, args...); err != nil {
-			return s.errorf("held sandboxes of %q: %w", hb.AgentID, err)
-		}
+	if err := res.Close(); err != nil {
+		return s.errorf("held sandboxes of %q: %w", hb.AgentID, err)
 	}
 	return nil
+}
+
+// queueHeld queues on b the statements that bring agent's agent_held rows to a heartbeat's
+// news: delete those of gone, upsert those of put (one row per id, heldBatch rows a
+// statement). Each statement answers as an Exec.
+func (s *Store) queueHeld(b *batch, agent string, gone []string, put []berth.HeldSandbox) {
+	for start := 0; start < len(gone); start += 500 {
+		cond, args := s.in("sandbox_id", gone[start:min(start+500, len(gone))])
+		b.queue(`DELETE FROM agent_held WHERE agent_id = ? AND `+cond, append([]any{agent}, args...)...)
+	}
+	seen := make(map[string]bool, len(put))
+	rows := make([]berth.HeldSandbox, 0, len(put))
+	for _, h := range put {
+		if h.ID != "" && !seen[h.ID] { // one row per id: a repeated id in one statement is an error
+			seen[h.ID] = true
+			rows = append(rows, h)
+		}
+	}
+	for start := 0; start < len(rows); start += heldBatch {
+		chunk := rows[start:min(start+heldBatch, len(rows))]
+		args := make([]any, 0, 6*len(chunk))
+		for _, h := range chunk {
+			args = append(args, agent, h.ID, h.ResidentMiB, h.Measured, h.Starting, h.OOMKills)
+		}
+		b.queue(`INSERT INTO agent_held (agent_id, sandbox_id, resident_mb, measured, starting, oom_kills) VALUES `+
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")+
+			` ON CONFLICT (agent_id, sandbox_id) DO UPDATE SET resident_mb = excluded.resident_mb,
+				measured = excluded.measured, starting = excluded.starting, oom_kills = excluded.oom_kills`, args...)
+	}
 }
 
 // heldRows reads agent's agent_held rows: all of them when ids is nil, else those of ids.
@@ -283,6 +289,12 @@ func (s *Store) heldRows(ctx context.Context, q interface {
 	if err != nil {
 		return nil, s.errorf("held sandboxes of %q: %w", agent, err)
 	}
+	return s.scanHeld(rows, agent)
+}
+
+// scanHeld reads agent_held rows (sandbox_id, resident_mb, measured, starting, oom_kills) of
+// agent, and closes rows.
+func (s *Store) scanHeld(rows Rows, agent string) ([]berth.HeldSandbox, error) {
 	defer rows.Close()
 	out := []berth.HeldSandbox{}
 	for rows.Next() {
@@ -391,47 +403,68 @@ func (s *Store) loseUnheld(ctx context.Context, tx *Tx, hb berth.Heartbeat, acto
 // released: the agent's reservations for sandboxes agent_held lists, and every reservation
 // whose sandbox is terminal.
 func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
-	rows, err := tx.query(ctx, `
-		SELECT r.id, r.agent_id, r.sandbox_id, COALESCE(s.state, ''), h.sandbox_id IS NOT NULL
-		FROM reservations r LEFT JOIN sandboxes s ON s.id = r.sandbox_id
-			LEFT JOIN agent_held h ON h.agent_id = r.agent_id AND h.sandbox_id = r.sandbox_id
-		WHERE r.agent_id = ? OR s.state IN `+inTerminal+`
-		ORDER BY r.id`, append([]any{hb.AgentID}, terminalStates...)...)
+	rows, err := tx.query(ctx, nettableSQL, nettableArgs(hb)...)
 	if err != nil {
 		return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
 	}
+	done, err := s.nettable(rows, hb, actor)
+	if err != nil {
+		return 0, err
+	}
+	return s.net(ctx, tx, done, actor, now)
+}
+
+// nettableSQL reads the reservations a heartbeat of agent ? may net (netReservations): the
+// agent's own, with whether agent_held lists their sandbox, and any whose sandbox is terminal.
+var nettableSQL = `
+	SELECT r.id, r.agent_id, r.sandbox_id, COALESCE(s.state, ''), h.sandbox_id IS NOT NULL
+	FROM reservations r LEFT JOIN sandboxes s ON s.id = r.sandbox_id
+		LEFT JOIN agent_held h ON h.agent_id = r.agent_id AND h.sandbox_id = r.sandbox_id
+	WHERE r.agent_id = ? OR s.state IN ` + inTerminal + `
+	ORDER BY r.id`
+
+func nettableArgs(hb berth.Heartbeat) []any { return append([]any{hb.AgentID}, terminalStates...) }
+
+// nettable reads nettableSQL's rows (and closes them) into the reservations hb nets, each
+// with the reason of its event: listed by hb's agent, or of a terminal sandbox.
+func (s *Store) nettable(rows Rows, hb berth.Heartbeat, actor string) (map[string]string, error) {
+	defer rows.Close()
 	reasons := map[string]string{}
-	var ids []string
 	for rows.Next() {
 		var id, agent, sid, state string
 		var held bool
 		if err := rows.Scan(&id, &agent, &sid, &state, &held); err != nil {
-			rows.Close()
-			return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
+			return nil, s.errorf("netting for %q: %w", hb.AgentID, err)
 		}
 		switch {
 		case agent == hb.AgentID && sid != "" && held:
 			reasons[id] = fmt.Sprintf("sandbox/%s listed by %s", sid, actor)
 		case berth.SandboxState(state).Terminal():
 			reasons[id] = fmt.Sprintf("sandbox/%s %s", sid, state)
-		default:
-			continue
 		}
-		ids = append(ids, id)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, s.errorf("netting for %q: %w", hb.AgentID, err)
+		return nil, s.errorf("netting for %q: %w", hb.AgentID, err)
 	}
-	if len(ids) == 0 {
+	return reasons, nil
+}
+
+// net deletes the reservations of done (id → reason) that are still there, each with its
+// event held → netted, and returns how many it deleted.
+func (s *Store) net(ctx context.Context, tx *Tx, done map[string]string, actor string, now time.Time) (int, error) {
+	if len(done) == 0 {
 		return 0, nil
 	}
+	ids := make([]string, 0, len(done))
+	for id := range done {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
 	cond, args := s.in("id", ids)
-	gone, err := s.dropReservations(ctx, tx, `DELETE FROM reservations WHERE `+cond+` RETURNING id`, args,
+	return s.dropReservations(ctx, tx, `DELETE FROM reservations WHERE `+cond+` RETURNING id`, args,
 		func(id string) berth.Event {
-			return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resNetted, Reason: reasons[id], Actor: actor}
+			return berth.Event{At: now, Entity: "reservation/" + id, From: resHeld, To: resNetted, Reason: done[id], Actor: actor}
 		})
-	return gone, err
 }
 
 // oomEvents writes an event for every sandbox in which the kernel OOM killer struck since the

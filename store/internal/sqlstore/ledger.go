@@ -406,14 +406,5 @@ func (s *Store) queryIDs(ctx context.Context, tx *Tx, query string, args ...any)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return collectIDs(rows)
 }

@@ -42,6 +42,11 @@ type Dialect struct {
 	// matches a list of any length with one query text (PostgreSQL: one prepared statement,
 	// not one per list length); without it lists are expanded into "col IN (?, ?, …)".
 	ArrayArgs bool
+	// Pipelines says a transaction's statements can go to the database in one round trip
+	// (its TxConn is a Batcher: PostgreSQL). RecordHeartbeat's one-batch path for the usual
+	// delta runs only then: on SQLite, which has no network, its longer statements cost
+	// more to parse than the round trips it saves (docs/PERFORMANCE.md).
+	Pipelines bool
 	// Greatest is the SQL function of the larger of two values ("GREATEST" or "MAX").
 	Greatest string
 	// NotifyAgent announces that agent id changed (PLC-5) from inside tx: it is delivered
