@@ -93,6 +93,9 @@ func (s *Server) listAgentCredentials(w http.ResponseWriter, r *http.Request, _ 
 	if err != nil {
 		return berth.Fault(err, "list agent credentials")
 	}
+	if cs == nil {
+		cs = []berth.AgentCredential{} // an empty list is [], never null
+	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"credentials": cs})
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 //
 // A CPU profile or trace longer than the http.Server's WriteTimeout is refused by pprof
 // itself; ask for fewer seconds.
-func (s *Server) pprofRoutes(mux *http.ServeMux, admin func(apiFunc) http.HandlerFunc) {
+func (s *Server) pprofRoutes(mux *routeMux, admin func(apiFunc) http.HandlerFunc) {
 	serve := func(h http.HandlerFunc) http.HandlerFunc {
 		return admin(func(w http.ResponseWriter, r *http.Request, _ principal) error {
 			h(w, r)

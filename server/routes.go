@@ -28,7 +28,14 @@ const requestIDKey ctxKey = 0
 type apiFunc func(w http.ResponseWriter, r *http.Request, p principal) error
 
 func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
+	h, _ := s.routeTable()
+	return h
+}
+
+// routeTable builds the server's handler and returns it with every pattern registered on its
+// mux, in order (routeMux; server/openapi_test.go holds them against api/openapi.yaml).
+func (s *Server) routeTable() (http.Handler, []string) {
+	mux := newRouteMux()
 	tenant := func(f apiFunc) http.HandlerFunc { return s.api(f, false) }
 	admin := func(f apiFunc) http.HandlerFunc { return s.api(f, true) }
 
@@ -62,20 +69,22 @@ func (s *Server) routes() http.Handler {
 
 	s.appRoutes(mux, tenant)
 	s.pprofRoutes(mux, admin)
+	s.uiRoutes(mux, admin) // the web dashboard at /ui/ and its GET /v1/refusals (ui.go, issue 17)
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /v1/openapi.yaml", serveOpenAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
-	return s.httpMetrics(mux, s.recoverer(s.appsByHost(mux)))
+	return s.httpMetrics(mux.ServeMux, s.recoverer(s.appsByHost(mux.ServeMux))), mux.patterns
 }
 
 // appRoutes adds the app API (APP-1) and the requests to apps by path, /apps/{name}/….
-func (s *Server) appRoutes(mux *http.ServeMux, tenant func(apiFunc) http.HandlerFunc) {
+func (s *Server) appRoutes(mux *routeMux, tenant func(apiFunc) http.HandlerFunc) {
 	mux.HandleFunc("POST /v1/apps", tenant(s.createApp))
 	mux.HandleFunc("GET /v1/apps", tenant(s.listApps))
 	mux.HandleFunc("GET /v1/apps/{name}", tenant(s.getApp))

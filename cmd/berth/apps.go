@@ -1,12 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"maps"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -84,6 +82,7 @@ func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []str
 }
 
 func newAppsCmd(cf *clientFlags) *cobra.Command {
+	var listOut, getOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "apps", Aliases: []string{"app"}, Short: "Long-lived apps: create, deploy, hibernate, wake (APP-1, APP-2)",
 		Long: "An app is a long-lived HTTP server in a sandbox, reached at <server>/apps/<name>/. It hibernates\n" +
 			"after --idle seconds without a request and wakes on the next one. A full fleet never fails an app:\n" +
@@ -178,15 +177,10 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tDESIRED\tVERSION\tSERVING\tSANDBOX\tAGENT\tREASON")
-			for _, a := range apps {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", a.Name, a.State, a.Desired, a.Version, a.ServingVersion,
-					a.SandboxID, a.AgentID, a.Reason)
-			}
-			return tw.Flush()
+			return listOut.print(cmd, apps, appTable(apps...))
 		},
 	}
+	listOut = withOutput(list, outTable)
 	get := &cobra.Command{
 		Use: "get NAME", Short: "Show one app", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -198,9 +192,10 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), a)
+			return getOut.print(cmd, a, appTable(a))
 		},
 	}
+	getOut = withOutput(get, outJSON)
 	del := &cobra.Command{
 		Use: "delete NAME", Aliases: []string{"rm"}, Short: "Stop an app's sandboxes and delete it", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -211,6 +206,8 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			return c.DeleteApp(cmd.Context(), args[0])
 		},
 	}
+	byName := completeFromServer(cf, appNames)
+	completeWith(byName, deploy, idleCmd, get, del)
 	cmd.AddCommand(create, deploy, idleCmd, list, get, del)
 	for _, v := range []struct{ verb, short string }{
 		{"hibernate", "Pause the app's sandbox (gVisor: memory kept; else it stops); the next request wakes it"},
@@ -219,7 +216,7 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 		{"start", "Start a stopped app (or one in error, after fixing it)"},
 	} {
 		cmd.AddCommand(&cobra.Command{
-			Use: v.verb + " NAME", Short: v.short, Args: cobra.ExactArgs(1),
+			Use: v.verb + " NAME", Short: v.short, Args: cobra.ExactArgs(1), ValidArgsFunction: byName,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := cf.client()
 				if err != nil {

@@ -4,10 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
-	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
 )
 
@@ -23,6 +22,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func newSandboxCmd(cf *clientFlags) *cobra.Command {
+	var createOut, listOut, getOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sandboxes", "sb"}, Short: "Create, inspect, exec in, pause, resume and kill sandboxes"}
 	var req berth.CreateRequest
 	var quiet bool
@@ -44,9 +44,10 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), sb)
+			return createOut.print(cmd, sb, sandboxTable(sb))
 		},
 	}
+	createOut = withOutput(create, outJSON)
 	create.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the sandbox id")
 	create.Flags().Int64Var(&req.MemoryMiB, "memory-mb", 0, "memory, MiB (default: the template's)")
 	create.Flags().Int64Var(&req.TTLSeconds, "ttl", 0, "time to live, seconds (default 3600)")
@@ -66,14 +67,10 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tAGENT\tMEMORY_MB\tEXPIRES")
-			for _, s := range sbs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.Template, s.State, s.AgentID, s.MemoryMiB, s.ExpiresAt.Format(time.RFC3339))
-			}
-			return tw.Flush()
+			return listOut.print(cmd, sbs, sandboxTable(sbs...))
 		},
 	}
+	listOut = withOutput(list, outTable)
 	list.Flags().StringVar(&state, "state", "", "only sandboxes in this state")
 
 	get := &cobra.Command{
@@ -87,9 +84,10 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), sb)
+			return getOut.print(cmd, sb, sandboxTable(sb))
 		},
 	}
+	getOut = withOutput(get, outJSON)
 
 	var timeout int
 	exec := &cobra.Command{
@@ -193,11 +191,13 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			return nil
 		},
 	}
+	completeWith(completeFromServer(cf, sandboxIDs), get, exec, write, read, pause, resume, kill)
 	cmd.AddCommand(create, list, get, exec, write, read, pause, resume, kill)
 	return cmd
 }
 
 func newAgentsCmd(cf *clientFlags) *cobra.Command {
+	var listOut, statusOut, credsOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "agents", Aliases: []string{"agent-list"}, Short: "Inspect the fleet's agents"}
 	list := &cobra.Command{
 		Use: "list", Short: "List agents with their admission figures", Args: cobra.NoArgs,
@@ -210,15 +210,10 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATUS\tADMISSION\tTOTAL_MB\tUSED_MB\tCOMMITTED_MB\tADMITTABLE_MB\tSANDBOXES\tLAST_SEEN_S")
-			for _, a := range as {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\n", a.AgentID, a.Status, a.MemoryAdmission,
-					a.MemoryMiBTotal, a.MemoryMiBUsed, a.MemoryMiBCommitted, a.MemoryMiBAdmittable, len(a.Sandboxes), a.LastSeenS)
-			}
-			return tw.Flush()
+			return listOut.print(cmd, as, agentTable(as...))
 		},
 	}
+	listOut = withOutput(list, outTable)
 	var reason string
 	drain := &cobra.Command{
 		Use: "drain ID", Short: "Cordon an agent: no new placements there (AGT-5)", Args: cobra.ExactArgs(1),
@@ -260,9 +255,10 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), st)
+			return statusOut.print(cmd, st, drainStatusTable(st))
 		},
 	}
+	statusOut = withOutput(status, outJSON)
 	revoke := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an agent's credential: its calls get 401, it goes silent and cannot rejoin under this id (TRUST-1)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -289,24 +285,18 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "AGENT\tCREATED\tREVOKED\tBY")
-			for _, k := range cs {
-				revoked := "-"
-				if !k.Live() {
-					revoked = k.RevokedAt.Format(time.RFC3339)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.AgentID, k.CreatedAt.Format(time.RFC3339), revoked, k.RevokedBy)
-			}
-			return tw.Flush()
+			return credsOut.print(cmd, cs, credentialTable(cs...))
 		},
 	}
+	credsOut = withOutput(creds, outTable)
+	completeWith(completeFromServer(cf, agentIDs), drain, undrain, status, revoke)
 	cmd.AddCommand(list, drain, undrain, status, revoke, creds)
 	return cmd
 }
 
 func newEventsCmd(cf *clientFlags) *cobra.Command {
-	return &cobra.Command{
+	var out printer
+	cmd := &cobra.Command{
 		Use:   "events [ENTITY]",
 		Short: "Show state transitions (LIF-3), e.g. `berth events sandbox/sb-1` or `berth events agent/`",
 		Args:  cobra.MaximumNArgs(1),
@@ -323,17 +313,18 @@ func newEventsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "AT\tENTITY\tFROM\tTO\tREASON\tACTOR")
-			for _, e := range evs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.At.Format(time.RFC3339Nano), e.Entity, e.From, e.To, e.Reason, e.Actor)
-			}
-			return tw.Flush()
+			return out.print(cmd, evs, eventTable(evs...))
 		},
 	}
+	out = withOutput(cmd, outTable)
+	cmd.ValidArgsFunction = func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return completeFromServer(cf, eventEntities(toComplete))(c, args, toComplete)
+	}
+	return cmd
 }
 
 func newTemplatesCmd(cf *clientFlags) *cobra.Command {
+	var out printer
 	cmd := &cobra.Command{Use: "templates", Short: "List templates", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := cf.client()
@@ -344,18 +335,15 @@ func newTemplatesCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tMEMORY_MB\tVCPUS")
-			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%d\t%d\n", t.Name, t.MemoryMiB, t.VCPUs)
-			}
-			return tw.Flush()
+			return out.print(cmd, ts, templateTable(ts...))
 		},
 	}
+	out = withOutput(cmd, outTable)
 	return cmd
 }
 
 func newTenantsCmd(cf *clientFlags) *cobra.Command {
+	var quotaOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "tenants", Short: "Tenants, their API keys and quotas (admin key)"}
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a tenant", Args: cobra.ExactArgs(1),
@@ -409,7 +397,7 @@ func newTenantsCmd(cf *clientFlags) *cobra.Command {
 				return err
 			}
 			if !setSandboxes && !setMemory {
-				return printJSON(cmd.OutOrStdout(), cur)
+				return quotaOut.print(cmd, cur, quotaTable(cur))
 			}
 			next := cur.Quota
 			next.Tenant = args[0]
@@ -422,9 +410,10 @@ func newTenantsCmd(cf *clientFlags) *cobra.Command {
 			if err := c.SetQuota(cmd.Context(), next); err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), next)
+			return quotaOut.print(cmd, next, quotaTable(client.QuotaUsage{Quota: next, Sandboxes: cur.Sandboxes, MemoryMiB: cur.MemoryMiB}))
 		},
 	}
+	quotaOut = withOutput(quota, outJSON)
 	quota.Flags().IntVar(&q.MaxSandboxes, "sandboxes", 0, "set the most live sandboxes (0: no limit); not given: unchanged")
 	quota.Flags().Int64Var(&q.MaxMemoryMiB, "memory-mb", 0, "set the most configured memory of live sandboxes, MiB (0: no limit); not given: unchanged")
 	cmd.AddCommand(create, key, quota)

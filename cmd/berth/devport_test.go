@@ -17,25 +17,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/berth-dev/berth/internal/sdktest"
 )
 
 // buildBerthBinary builds the real berth binary (main, not the test binary's Main) into a
 // temp dir removed when the test ends, and returns its path.
-func buildBerthBinary(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("these tests build the berth binary and need the go command: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "berth")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildBerthBinary(t *testing.T) string { return sdktest.BuildBerth(t) }
 
 // runBerth runs bin with args in dir (bounded to two minutes; the child is killed with the
 // test binary) and returns its stdout, stderr and exit code.

@@ -154,6 +154,9 @@ func TestRequirementsExplainEveryCitedID(t *testing.T) {
 			case ".git", "bin", "berth-data": // VCS state, build output, `berth dev` data (.gitignore)
 				return filepath.SkipDir
 			}
+			if d.Name() == "node_modules" {
+				return filepath.SkipDir // npm's packages (sdk/typescript's dev dependencies): not ours
+			}
 			return nil
 		}
 		if !d.Type().IsRegular() || rel == requirementsFile {

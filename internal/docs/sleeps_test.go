@@ -31,7 +31,7 @@ func TestNoUnexplainedSleeps(t *testing.T) {
 		rel, _ := filepath.Rel(root, path)
 		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if rel == ".git" || rel == "bin" || rel == "berth-data" || d.Name() == "testdata" {
+			if rel == ".git" || rel == "bin" || rel == "berth-data" || d.Name() == "testdata" || d.Name() == "node_modules" {
 				return filepath.SkipDir // VCS state, build output, `berth dev` data, fixtures
 			}
 			return nil
