@@ -245,6 +245,11 @@ func WithUserAgent(ua string) Option {
 // maxErrorBody bounds how much of a non-2xx body is read (a proxy's page can be large).
 const maxErrorBody = 1 << 20
 
+// maxAnswerBody bounds how much of a success body is read, in bytes (128 MiB): twice the
+// largest file the files API moves (64 MiB), far above any list. A server that sends more
+// (hostile, or not Berth) fails the call, not the process's memory.
+const maxAnswerBody = 128 << 20
+
 // plaintextToTLS is what net/http's TLS server answers (400) to a request sent in clear.
 const plaintextToTLS = "Client sent an HTTP request to an HTTPS server"
 

@@ -1,11 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,5 +303,25 @@ func TestOptions(t *testing.T) {
 	if c.deadline != DefaultDeadline || c.base != DefaultBackoffBase || c.cap != DefaultBackoffCap ||
 		c.http != http.DefaultClient || c.clock == nil || c.rand == nil {
 		t.Errorf("defaults not kept: %+v", c)
+	}
+}
+
+// A success answer larger than maxAnswerBody fails the call (not retried) instead of being
+// read into memory whole: a hostile server streaming gigabytes costs at most 128 MiB.
+func TestAnswerLargerThanTheCapFails(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		chunk := bytes.Repeat([]byte(" "), 1<<20)
+		for range (maxAnswerBody >> 20) + 8 { // bounded: a little past the cap
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	_, err := New(srv.URL, "k", WithDeadline(time.Second)).Sandboxes(context.Background(), "")
+	var te *TransportError
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "larger than 128 MiB") {
+		t.Fatalf("Sandboxes from a server streaming past the cap: %v; want a TransportError naming the cap", err)
 	}
 }

@@ -186,15 +186,18 @@ func (c *Client) once(ctx context.Context, r request, first time.Time, attempt i
 		return response{}, cut(err)
 	}
 	defer res.Body.Close()
-	var rd io.Reader = res.Body
-	if res.StatusCode < 200 || res.StatusCode > 299 {
-		rd = io.LimitReader(res.Body, maxErrorBody)
+	limit := int64(maxErrorBody)
+	if res.StatusCode >= 200 && res.StatusCode <= 299 {
+		limit = maxAnswerBody + 1
 	}
 	// Read the whole body here, while actx lives: cancelling it (the deferred cancel) cuts
 	// whatever of the body is still unread.
-	b, err := io.ReadAll(rd)
+	b, err := io.ReadAll(io.LimitReader(res.Body, limit))
 	if err != nil {
 		return response{}, cut(err)
+	}
+	if int64(len(b)) > maxAnswerBody {
+		return response{}, fmt.Errorf("the answer is larger than %d MiB, more than any Berth answer: not a Berth server, or a broken one", maxAnswerBody>>20)
 	}
 	return response{status: res.StatusCode, header: res.Header, body: b}, nil
 }

@@ -40,8 +40,25 @@ func (s *Server) appRoute(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, u.String(), http.StatusPermanentRedirect)
 		return
 	}
-	s.serveApp(w, r, name, strings.TrimPrefix(r.URL.EscapedPath(), "/apps/"+name))
+	// A path-routed app shares the API's origin, and so the dashboard's (/ui keeps an operator's
+	// key in that origin's sessionStorage): its documents are given an opaque origin of their
+	// own, and it may not install a service worker there, so tenant code served here can reach
+	// neither the key nor the dashboard's requests. An app that needs an origin of its own
+	// (cookies, storage, workers, same-origin fetches) is reached under --apps-domain.
+	if r.Header.Get("Service-Worker") != "" {
+		s.writeError(w, r, berth.Errorf(berth.EForbidden,
+			"service workers are not allowed under /apps/ (it shares the API's origin); reach the app under the apps domain"))
+		return
+	}
+	w.Header().Set("Content-Security-Policy", pathAppSandbox)
+	s.serveApp(w, r, name, strings.TrimPrefix(r.URL.EscapedPath(), "/apps/"+name), true)
 }
+
+// pathAppSandbox is the Content-Security-Policy of every answer through /apps/{name}/: a
+// document it loads runs sandboxed, without allow-same-origin, so in an opaque origin —
+// scripts, forms, popups and downloads work, the API origin's storage, cookies and windows
+// (the dashboard's) are out of its reach. An app's own policy still applies beside it.
+const pathAppSandbox = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
 // appHost returns the app a request's Host names under AppsDomain, if any.
 func (s *Server) appHost(r *http.Request) (string, bool) {
@@ -58,8 +75,10 @@ func (s *Server) appHost(r *http.Request) (string, bool) {
 
 // serveApp answers one request for app name, forwarding path (escaped, starting with "/")
 // and the query to it. A hibernated app is woken and the request held until it serves, at
-// most AppWakeTimeout (then 504 wake_timeout).
-func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path string) {
+// most AppWakeTimeout (then 504 wake_timeout). sharedOrigin says the request came through
+// /apps/{name}/, the API's own origin: the app's Service-Worker-Allowed and Clear-Site-Data
+// are then dropped.
+func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path string, sharedOrigin bool) {
 	fail := func(err error) { s.writeError(w, r, err) }
 	if p, err := url.PathUnescape(path); err != nil || slices.Contains(strings.Split(p, "/"), "..") {
 		// The path is appended to the agent's route to the app: it must not climb out of it.
@@ -78,7 +97,7 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 			// The app is active until the answer (a stream, an upgraded connection) ends.
 			done := s.appRequestOpen(r.Context(), name, a)
 			defer done()
-			s.proxyApp(w, r, a, path)
+			s.proxyApp(w, r, a, path, sharedOrigin)
 			return
 		case a.Desired == berth.DesireHibernated && !woken:
 			woken = true
@@ -153,8 +172,9 @@ func (s *Server) wakeForRequest(ctx context.Context, name, path string, idleSeco
 }
 
 // proxyApp forwards the request to the app's port inside its serving sandbox, through the
-// sandbox's agent (which alone can reach into the sandbox's network namespace).
-func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, path string) {
+// sandbox's agent (which alone can reach into the sandbox's network namespace); with
+// sharedOrigin (see serveApp) without the app's Service-Worker-Allowed and Clear-Site-Data.
+func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, path string, sharedOrigin bool) {
 	addr, err := s.agentAddress(r.Context(), a.AgentID)
 	if err != nil {
 		if errors.Is(err, berth.ErrNotFound) { // its agent's row is gone: the lease moves the app
@@ -188,18 +208,7 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 			pr.Out.Header.Set(berth.HeaderAgentCall, berth.AgentCallToken(s.cfg.NodeToken, addr.ID, addr.URL))
 			pr.Out.Header.Set(berth.HeaderRequestID, requestID(r.Context())) // the agent's errors keep it
 		},
-		ModifyResponse: func(resp *http.Response) error {
-			// The agent echoes this request's id; w already has it (the app's own stays).
-			id := requestID(r.Context())
-			vals := resp.Header.Values(berth.HeaderRequestID)
-			resp.Header.Del(berth.HeaderRequestID)
-			for _, v := range vals {
-				if v != id {
-					resp.Header.Add(berth.HeaderRequestID, v)
-				}
-			}
-			return nil
-		},
+		ModifyResponse: appAnswer(requestID(r.Context()), sharedOrigin),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
@@ -210,6 +219,29 @@ func (s *Server) proxyApp(w http.ResponseWriter, r *http.Request, a berth.App, p
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// appAnswer is the app proxy's ModifyResponse: it drops the agent's echo of this request's
+// id (the app's own X-Request-Id stays) and, with sharedOrigin (see serveApp), the headers
+// that would reach past the app's path in the API's origin.
+func appAnswer(id string, sharedOrigin bool) func(*http.Response) error {
+	return func(resp *http.Response) error {
+		if sharedOrigin {
+			// No worker scope past the app's path, and no clearing of the origin's
+			// storage (the dashboard's key) from an app's answer.
+			resp.Header.Del("Service-Worker-Allowed")
+			resp.Header.Del("Clear-Site-Data")
+		}
+		// The agent echoes this request's id; w already has it (the app's own stays).
+		vals := resp.Header.Values(berth.HeaderRequestID)
+		resp.Header.Del(berth.HeaderRequestID)
+		for _, v := range vals {
+			if v != id {
+				resp.Header.Add(berth.HeaderRequestID, v)
+			}
+		}
+		return nil
+	}
 }
 
 // appActivity is one app's requests and upgraded connections open on this replica (C25).

@@ -107,7 +107,7 @@ func (s *Server) appsByHost(mux *http.ServeMux) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if name, ok := s.appHost(r); ok {
-			s.serveApp(w, r, name, r.URL.EscapedPath())
+			s.serveApp(w, r, name, r.URL.EscapedPath(), false)
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -61,6 +61,15 @@ func loadUIAssets() map[string]uiAsset {
 	return out
 }
 
+// uiHeaders sets the headers of every answer under /ui, the page's and its errors' and
+// redirects' alike: uiCSP, no framing, no sniffing, no referrer.
+func uiHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", uiCSP)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+}
+
 // handleFuncer is what uiRoutes registers on: *http.ServeMux, or a wrapper that records
 // the patterns it is given.
 type handleFuncer interface {
@@ -71,7 +80,7 @@ type handleFuncer interface {
 //
 //   - GET /ui redirects (308) to /ui/;
 //   - GET /ui/ is the page (index.html), GET /ui/{file...} its files (404 not_found for any
-//     other), each with uiCSP, X-Frame-Options DENY, nosniff, no referrer, and an ETag
+//     other); every answer, errors and redirects too, with uiHeaders; files with an ETag
 //     (Cache-Control no-cache: revalidated on every load, so an upgrade is seen at once);
 //   - GET /v1/refusals (admin): this replica's refusals by code per minute (refusals.go).
 //
@@ -80,6 +89,7 @@ type handleFuncer interface {
 func (s *Server) uiRoutes(mux handleFuncer, admin func(apiFunc) http.HandlerFunc) {
 	assets := loadUIAssets()
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		uiHeaders(w.Header())
 		http.Redirect(w, r, "/ui/", http.StatusPermanentRedirect)
 	})
 	mux.HandleFunc("GET /ui/{file...}", func(w http.ResponseWriter, r *http.Request) {
@@ -87,16 +97,13 @@ func (s *Server) uiRoutes(mux handleFuncer, admin func(apiFunc) http.HandlerFunc
 		if name == "" {
 			name = "index.html"
 		}
+		h := w.Header()
+		uiHeaders(h)
 		a, ok := assets[name]
 		if !ok {
 			httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no dashboard file %q", name))
 			return
 		}
-		h := w.Header()
-		h.Set("Content-Security-Policy", uiCSP)
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("ETag", a.etag)
 		if r.Header.Get("If-None-Match") == a.etag {

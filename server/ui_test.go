@@ -47,6 +47,7 @@ func TestDashboardFilesAndHeaders(t *testing.T) {
 	if resp.StatusCode != http.StatusPermanentRedirect || resp.Header.Get("Location") != "/ui/" {
 		t.Fatalf("GET /ui: %d Location %q, want 308 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
 	}
+	checkUIHeaders(t, "/ui (redirect)", resp.Header)
 
 	resp, page := uiGet(t, h, "/ui/", "", nil)
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
@@ -107,6 +108,7 @@ func TestDashboardFilesAndHeaders(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || json.Unmarshal([]byte(body), &eb) != nil || eb.Error.Code != berth.ENotFound {
 		t.Fatalf("GET /ui/nope.js: %d %s, want 404 not_found", resp.StatusCode, body)
 	}
+	checkUIHeaders(t, "/ui/nope.js (404)", resp.Header)
 }
 
 func checkUIHeaders(t *testing.T, path string, hdr http.Header) {

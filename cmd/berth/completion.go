@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -41,7 +42,9 @@ func completeFromServer(cf *clientFlags, list func(context.Context, *client.Clie
 		}
 		var out []cobra.Completion
 		for _, id := range ids {
-			if strings.HasPrefix(id, toComplete) && len(out) < maxCompletions {
+			// An id with a control character cannot be typed and would reach the shell's
+			// list of choices raw: it is left out.
+			if strings.HasPrefix(id, toComplete) && !strings.ContainsFunc(id, unicode.IsControl) && len(out) < maxCompletions {
 				out = append(out, id)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -99,9 +100,32 @@ func row(w io.Writer, cells ...any) {
 		if s == "" {
 			s = "-"
 		}
-		parts[i] = strings.ReplaceAll(s, "\n", " ")
+		parts[i] = printable(s)
 	}
 	fmt.Fprintln(w, strings.Join(parts, "\t"))
+}
+
+// printable makes s safe for one table cell on a terminal: a line break or tab becomes a
+// space, and every other control character (ESC, BEL, C1 codes…) is shown escaped, as \x1b.
+// Cells carry tenants' text (an app's output tail in its reason, metadata), and raw escapes
+// would let one tenant rewrite or hide lines, set titles or write the clipboard in an
+// operator's terminal. JSON and YAML escape them already.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			b.WriteByte(' ')
+		case unicode.IsControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 func sandboxTable(sbs ...berth.Sandbox) table {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
@@ -169,5 +170,26 @@ func TestPrinter_NilListIsEmptyArray(t *testing.T) {
 		if err := p.print(cmd, []berth.Sandbox(nil), sandboxTable()); err != nil || out.String() != want {
 			t.Errorf("-o %s of a nil list = %q, %v; want %q", format, out.String(), err, want)
 		}
+	}
+}
+
+// A table never passes a control character to the terminal: tenants' text (an app's output
+// tail in its reason) could otherwise rewrite the operator's screen or clipboard (review
+// finding F2). Line breaks and tabs become spaces, the rest is shown escaped.
+func TestPrinter_TableShowsControlCharactersEscaped(t *testing.T) {
+	cmd := &cobra.Command{}
+	p := withOutput(cmd, outTable)
+	var out strings.Builder
+	cmd.SetOut(&out)
+	app := berth.App{Name: "hider", Reason: "tail:\n\x1b[2K\x1b[1A\x1b]52;c;ZWNobw==\x07\tend\u009b"}
+	if err := p.print(cmd, []berth.App{app}, appTable(app)); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if strings.ContainsFunc(strings.TrimSuffix(strings.ReplaceAll(got, "\n", ""), ""), unicode.IsControl) {
+		t.Errorf("table output holds a control character: %q", got)
+	}
+	if want := `tail: \x1b[2K\x1b[1A\x1b]52;c;ZWNobw==\x07 end\x9b`; !strings.Contains(got, want) {
+		t.Errorf("table output %q; want the reason shown as %q", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -376,4 +377,106 @@ func TestDashboardAt10000Hosts(t *testing.T) {
 	step(t, bctx, "filter by host", 10*time.Second, chromedp.SendKeys(chromedp.CSS(`#view-fleet input[name=host]`), "fleet-09999"))
 	waitPage(t, bctx, "the one host the filter matches", `document.querySelectorAll("#view-fleet tbody tr:not([hidden])").length === 1 && `+
 		`document.querySelector('#view-fleet tr[data-key="fleet-09999"]:not([hidden])') !== null`)
+}
+
+// evilApp is a tenant's app that tries what a page served from the API's own origin could do
+// to the dashboard: read the operator's key from sessionStorage, and install a service worker
+// over the whole origin (its script answered with Service-Worker-Allowed: /) to read the
+// Authorization header of every later dashboard call. The page writes what it got into #out.
+const evilApp = `import http.server
+PAGE = b"""<!doctype html><p id="out">pending</p><script>
+const got = [];
+try { got.push("key=" + sessionStorage.getItem("berth.key")); } catch (e) { got.push("storage:" + e.name); }
+let sw;
+try { sw = navigator.serviceWorker.register("/apps/evil/sw.js", {scope: "/"}).then(() => "sw:registered", (e) => "sw:" + e.name); }
+catch (e) { sw = Promise.resolve("sw:" + e.name); }
+sw.then((r) => { got.push(r); document.getElementById("out").textContent = got.join(" "); });
+</script>"""
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        js = self.path.endswith("sw.js")
+        body = b"self.addEventListener('fetch', () => {});" if js else PAGE
+        self.send_response(200)
+        self.send_header("Content-Type", "text/javascript" if js else "text/html")
+        self.send_header("Service-Worker-Allowed", "/")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H).serve_forever()
+`
+
+// TestDashboardKeyOutOfAppsReach: a tenant's app served at /apps/NAME/ shares the API's
+// origin, where the dashboard keeps the operator's key (an attack found F1 in review). In a
+// real Chromium, an admin signed in to /ui who then opens the app's page in the same tab:
+// the app's script cannot read sessionStorage, and cannot register a service worker (the
+// page runs sandboxed in an opaque origin; the server strips Service-Worker-Allowed and
+// refuses worker script fetches on /apps/). Under the apps domain the app keeps its headers.
+func TestDashboardKeyOutOfAppsReach(t *testing.T) {
+	bctx := browser(t, 4*time.Minute)
+	st := bootDev(t, func(c *devConfig) { c.AppsDomain = "apps.test" })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := adminClient(st)
+	if _, err := admin.CreateTenant(ctx, "mallory"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := admin.CreateAPIKey(ctx, "mallory", berth.RoleTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory := client.New(st.URL, k.Key)
+	if _, err := mallory.CreateApp(ctx, berth.AppRequest{Name: "evil", AppSpec: berth.AppSpec{
+		Template: "python", MemoryMiB: 256, Port: 8080, Command: []string{"python3", "server.py"},
+		Files: map[string]string{"server.py": evilApp}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, mallory, "evil", berth.AppRunning, 90*time.Second)
+
+	get := func(host string, header http.Header) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.URL+"/apps/evil/sw.js", nil)
+		if host != "" {
+			req.URL.Path, req.Host = "/sw.js", host
+		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := get("", nil)
+	if csp := resp.Header.Get("Content-Security-Policy"); resp.StatusCode != http.StatusOK ||
+		!strings.HasPrefix(csp, "sandbox ") || strings.Contains(csp, "allow-same-origin") || resp.Header.Get("Service-Worker-Allowed") != "" {
+		t.Errorf("/apps/evil/sw.js: %d, CSP %q, Service-Worker-Allowed %q; want 200, a sandbox without allow-same-origin, no worker scope",
+			resp.StatusCode, csp, resp.Header.Get("Service-Worker-Allowed"))
+	}
+	if resp := get("", http.Header{"Service-Worker": {"script"}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a service worker script fetched under /apps/: %d, want 403", resp.StatusCode)
+	}
+	if resp := get("evil.apps.test", nil); resp.StatusCode != http.StatusOK ||
+		resp.Header.Get("Content-Security-Policy") != "" || resp.Header.Get("Service-Worker-Allowed") != "/" {
+		t.Errorf("the app under its own host: %d, CSP %q, Service-Worker-Allowed %q; want its answer as it sent it",
+			resp.StatusCode, resp.Header.Get("Content-Security-Policy"), resp.Header.Get("Service-Worker-Allowed"))
+	}
+
+	step(t, bctx, "open /ui", 20*time.Second, chromedp.Navigate(st.URL+"/ui/"))
+	signIn(t, bctx, st.AdminKey)
+	step(t, bctx, "see the fleet", 30*time.Second, chromedp.WaitVisible(chromedp.CSS(uiRow("fleet", "dev-agent-1"))))
+	if got := pageEval[string](t, bctx, `sessionStorage.getItem("berth.key")`); got != st.AdminKey {
+		t.Fatalf("the dashboard keeps %q in sessionStorage; this test expects the admin key there", got)
+	}
+	step(t, bctx, "open the tenant's app in the same tab", 30*time.Second,
+		chromedp.Navigate(st.URL+"/apps/evil/"),
+		chromedp.WaitVisible(chromedp.CSS(`#out`)))
+	waitPage(t, bctx, "the app's script to finish", `document.getElementById("out").textContent !== "pending"`)
+	out := pageEval[string](t, bctx, `document.getElementById("out").textContent`)
+	if strings.Contains(out, st.AdminKey) || strings.Contains(out, "sw:registered") || !strings.Contains(out, "storage:SecurityError") {
+		t.Fatalf("the app's page got %q; want no key (storage:SecurityError) and no service worker", out)
+	}
 }
