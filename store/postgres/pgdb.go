@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/berth-dev/berth/store/internal/sqlstore"
@@ -29,12 +30,16 @@ func (d pgDB) QueryRow(ctx context.Context, query string, args ...any) sqlstore.
 	return pgRow{d.pool.QueryRow(ctx, query, args...)}
 }
 
+// Begin implements sqlstore.DB: it takes a pooled connection and sends nothing yet. The
+// transaction's BEGIN goes to PostgreSQL in one pipeline with its first statement (or
+// batch), which saves a round trip on every transaction (issue 16, goal 1; the dialect's
+// LazyBegin tells the round-trip count).
 func (d pgDB) Begin(ctx context.Context) (sqlstore.TxConn, error) {
-	tx, err := d.pool.Begin(ctx)
+	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return pgTx{tx}, nil
+	return &pgTx{c: c}, nil
 }
 
 func (d pgDB) Close() error {
@@ -42,23 +47,129 @@ func (d pgDB) Close() error {
 	return nil
 }
 
-type pgTx struct{ tx pgx.Tx }
+// pgTx is one transaction on a pooled connection. Until its first statement it has sent
+// nothing (tx nil); that statement goes in one pipeline behind BEGIN (pgx's Batch.BeginTx),
+// and the transaction pgx began then carries the rest, its commit and its rollback.
+type pgTx struct {
+	c  *pgxpool.Conn
+	tx pgx.Tx
+}
 
-func (t pgTx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	tag, err := t.tx.Exec(ctx, query, args...)
+// first sends b, whose first query is its BEGIN (Batch.BeginTx), and reads BEGIN's answer;
+// the statements' answers are left to read.
+func (t *pgTx) first(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	br := t.c.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	if _, err := br.Exec(); err != nil {
+		return failedBatch{BatchResults: br, err: err}
+	}
+	return br
+}
+
+// beginWith is a batch of BEGIN then query.
+func beginWith(query string, args []any) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(query, args...)
+	return b
+}
+
+func (t *pgTx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if t.tx != nil {
+		tag, err := t.tx.Exec(ctx, query, args...)
+		return driver.RowsAffected(tag.RowsAffected()), err
+	}
+	br := t.first(ctx, beginWith(query, args))
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	return driver.RowsAffected(tag.RowsAffected()), err
 }
 
-func (t pgTx) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
-	return t.tx.Query(ctx, query, args...)
+func (t *pgTx) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	if t.tx != nil {
+		return t.tx.Query(ctx, query, args...)
+	}
+	br := t.first(ctx, beginWith(query, args))
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return batchRows{Rows: rows, br: br}, nil
 }
 
-func (t pgTx) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
-	return pgRow{t.tx.QueryRow(ctx, query, args...)}
+func (t *pgTx) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	if t.tx != nil {
+		return pgRow{t.tx.QueryRow(ctx, query, args...)}
+	}
+	br := t.first(ctx, beginWith(query, args))
+	return batchRow{row: br.QueryRow(), br: br}
 }
 
-func (t pgTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
-func (t pgTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+// Commit commits what was sent (nothing to do when nothing was) and hands the connection
+// back to the pool, which discards it if the commit left it broken.
+func (t *pgTx) Commit(ctx context.Context) error {
+	defer t.c.Release()
+	if t.tx == nil {
+		return nil
+	}
+	return t.tx.Commit(ctx)
+}
+
+// Rollback rolls back what was sent and hands the connection back, as Commit.
+func (t *pgTx) Rollback(ctx context.Context) error {
+	defer t.c.Release()
+	if t.tx == nil {
+		return nil
+	}
+	return t.tx.Rollback(ctx)
+}
+
+// batchRows are a pipeline's rows; closing them also reads the pipeline to its end.
+type batchRows struct {
+	pgx.Rows
+	br pgx.BatchResults
+}
+
+func (r batchRows) Close() {
+	r.Rows.Close()
+	_ = r.br.Close()
+}
+
+// batchRow is a pipeline's single row; scanning it also reads the pipeline to its end.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := pgRow{r.row}.Scan(dest...)
+	if cerr := r.br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return err
+}
+
+// failedBatch is a pipeline whose BEGIN failed: every answer is that failure.
+type failedBatch struct {
+	pgx.BatchResults
+	err error
+}
+
+func (f failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
+func (f failedBatch) Query() (pgx.Rows, error)         { return nil, f.err }
+func (f failedBatch) QueryRow() pgx.Row                { return errRow{f.err} }
+func (f failedBatch) Close() error {
+	_ = f.BatchResults.Close()
+	return f.err
+}
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // pgRow is a pgx.Row whose "no rows" is sql.ErrNoRows.
 type pgRow struct{ row pgx.Row }
@@ -72,11 +183,18 @@ func (r pgRow) Scan(dest ...any) error {
 }
 
 // SendBatch implements sqlstore.Batcher with pgx's pipeline: the statements go in one round
-// trip and run in order in the transaction.
-func (t pgTx) SendBatch(ctx context.Context, queries []string, args [][]any) sqlstore.BatchResults {
+// trip (behind BEGIN when they are the transaction's first) and run in order in the
+// transaction.
+func (t *pgTx) SendBatch(ctx context.Context, queries []string, args [][]any) sqlstore.BatchResults {
 	b := &pgx.Batch{}
+	if t.tx == nil {
+		b.BeginTx(pgx.TxOptions{})
+	}
 	for i, q := range queries {
 		b.Queue(q, args[i]...)
+	}
+	if t.tx == nil {
+		return pgBatch{t.first(ctx, b)}
 	}
 	return pgBatch{t.tx.SendBatch(ctx, b)}
 }

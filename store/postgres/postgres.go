@@ -68,6 +68,8 @@ func dialect() sqlstore.Dialect {
 		ForUpdate: " FOR UPDATE",
 		ArrayArgs: true,
 		Pipelines: true,
+		LazyBegin: true,
+		WriteCTE:  true,
 		Greatest:  "GREATEST",
 		NotifyAgent: func(ctx context.Context, tx *sqlstore.Tx, id string) error {
 			if err := tx.Exec(ctx, `SELECT pg_notify(?, ?)`, AgentsChannel, id); err != nil {

@@ -149,6 +149,16 @@ func testLogEvents(t *testing.T, s berth.Store) {
 	}
 	dup.ID = "sb-1" // a second insert of an existing id fails and is rolled back
 	_ = s.CreateSandbox(t.Context(), dup, "test", T0)
+	// starting → running is the create path's one-from transition (one statement on
+	// PostgreSQL): logged once when it moves, not at all when the row is elsewhere.
+	mustCreate(t, s, sandbox("sb-3", "acme", "a1", berth.SandboxStarting), T0)
+	for i, want := range []bool{true, false} {
+		moved, err := s.TransitionSandbox(t.Context(), "sb-3", []berth.SandboxState{berth.SandboxStarting},
+			berth.SandboxRunning, "agent started it", "test", at(2*time.Second))
+		if err != nil || moved != want {
+			t.Fatalf("transition %d: moved %v, err %v; want moved %v", i, moved, err, want)
+		}
+	}
 	stored, err := s.Events(t.Context(), berth.EventFilter{Entity: "sandbox/"})
 	if err != nil {
 		t.Fatal(err)

@@ -38,10 +38,18 @@ func (h *Hook) Begin(tx any) (done func(committed bool)) {
 	open.Store(tx, events)
 	return func(committed bool) {
 		open.Delete(tx)
-		if fn := h.fn.Load(); committed && fn != nil {
-			for _, e := range *events {
-				(*fn)(e)
-			}
+		if committed {
+			h.Committed(*events...)
+		}
+	}
+}
+
+// Committed hands evs, written by a statement that committed on its own (no transaction of
+// the store's), to the hook.
+func (h *Hook) Committed(evs ...berth.Event) {
+	if fn := h.fn.Load(); fn != nil {
+		for _, e := range evs {
+			(*fn)(e)
 		}
 	}
 }

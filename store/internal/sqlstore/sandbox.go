@@ -232,13 +232,21 @@ func (s *Store) TransitionSandbox(ctx context.Context, id string, from []berth.S
 var errNotMoved = errors.New("the sandbox is not in the state it moves from")
 
 // transitionBatched is TransitionSandbox from one state to a live one, its UPDATE and event
-// sent in one batch; errNotMoved (nothing written) when the row is not in from.
+// sent in one batch; errNotMoved (nothing written) when the row is not in from. Where the
+// database writes through a CTE (Dialect.WriteCTE) both are one statement outside any
+// explicit transaction: one round trip, no BEGIN or COMMIT.
 func (s *Store) transitionBatched(ctx context.Context, id string, from, to berth.SandboxState, reason, actor string, now time.Time) (bool, error) {
+	set, args := transitionSet(from, to, nil, now)
+	update := `UPDATE sandboxes SET ` + set + ` WHERE id = ? AND state = ?`
+	args = append(append(args, reason), id, string(from))
+	ev := berth.Event{At: now, Entity: "sandbox/" + id, From: string(from), To: string(to), Reason: reason, Actor: actor}
+	if s.d.WriteCTE {
+		return s.transitionOneStatement(ctx, update, args, ev)
+	}
 	err := s.inTx(ctx, func(tx *Tx) error {
 		b := &batch{}
-		set, args := transitionSet(from, to, nil, now)
-		b.queue(`UPDATE sandboxes SET `+set+` WHERE id = ? AND state = ?`, append(append(args, reason), id, string(from))...)
-		s.queueEvents(tx, b, berth.Event{At: now, Entity: "sandbox/" + id, From: string(from), To: string(to), Reason: reason, Actor: actor})
+		b.queue(update, args...)
+		s.queueEvents(tx, b, ev)
 		res := tx.send(ctx, b)
 		r, err := res.Exec()
 		var n int64
@@ -260,6 +268,28 @@ func (s *Store) transitionBatched(ctx context.Context, id string, from, to berth
 		return nil
 	})
 	return err == nil, err
+}
+
+// transitionOneStatement runs update (which moves at most one row) and inserts ev only if it
+// did, as one statement: a data-modifying CTE is atomic on its own. errNotMoved when no row
+// moved.
+func (s *Store) transitionOneStatement(ctx context.Context, update string, args []any, ev berth.Event) (bool, error) {
+	q := `WITH moved AS (` + update + ` RETURNING id) INSERT INTO events (at, entity, from_state, to_state, reason, actor) ` +
+		`SELECT ?, ?, ?, ?, ?, ? FROM moved`
+	args = append(args, ms(ev.At), ev.Entity, ev.From, ev.To, ev.Reason, ev.Actor)
+	r, err := s.pool().exec(ctx, q, args...)
+	var n int64
+	if err == nil {
+		n, err = r.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		return false, s.errorf("transition %s: %w", ev.Entity, err)
+	case n != 1:
+		return false, errNotMoved
+	}
+	s.events.Committed(ev)
+	return true, nil
 }
 
 // transitionSet is the SET clause (and its arguments, reason last to add) of a transition

@@ -47,6 +47,12 @@ type Dialect struct {
 	// delta runs only then: on SQLite, which has no network, its longer statements cost
 	// more to parse than the round trips it saves (docs/PERFORMANCE.md).
 	Pipelines bool
+	// LazyBegin says a transaction's BEGIN travels with its first statement rather than on
+	// a round trip of its own (PostgreSQL, pgx's Batch.BeginTx): RoundTrips does not count it.
+	LazyBegin bool
+	// WriteCTE says a WITH clause may hold an UPDATE whose rows the statement then uses
+	// (PostgreSQL): a conditional transition and its event become one statement.
+	WriteCTE bool
 	// Greatest is the SQL function of the larger of two values ("GREATEST" or "MAX").
 	Greatest string
 	// NotifyAgent announces that agent id changed (PLC-5) from inside tx: it is delivered
@@ -187,7 +193,9 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 
 // tryTx is one run of inTx.
 func (s *Store) tryTx(ctx context.Context, fn func(tx *Tx) error) error {
-	s.trips.Add(1)
+	if !s.d.LazyBegin {
+		s.trips.Add(1)
+	}
 	dbTx, err := s.db.Begin(ctx)
 	if err != nil {
 		return s.errorf("begin: %w", err)
