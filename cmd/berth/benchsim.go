@@ -24,6 +24,9 @@ import (
 // simAgentHeld is how many sandboxes each simulated agent holds.
 const simAgentHeld = 10
 
+// simJoiners bounds the simulated agents' concurrent joins.
+const simJoiners = 128
+
 // simStats is what the simulated agents saw.
 type simStats struct {
 	Sent, Acked, Resyncs, Failed atomic.Int64
@@ -38,20 +41,29 @@ func runSimAgents(ctx context.Context, urls []string, nodeToken string, n int, i
 	st.maxGap = make([]time.Duration, n)
 	var joined sync.WaitGroup
 	joined.Add(n)
+	// Joins go at most simJoiners at a time: 10,000 at once open a connection each on both
+	// ends and exhaust this process's file descriptors (the replicas share it).
+	joinSlots := make(chan struct{}, simJoiners)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { simAgent(ctx, hc, urls[i%len(urls)], nodeToken, i, n, interval, st, &joined) })
+		wg.Go(func() { simAgent(ctx, hc, urls[i%len(urls)], nodeToken, i, n, interval, st, &joined, joinSlots) })
 	}
 	go func() { joined.Wait(); close(ready) }()
 	wg.Wait()
 }
 
-func simAgent(ctx context.Context, hc *http.Client, url, nodeToken string, i, n int, interval time.Duration, st *simStats, joined *sync.WaitGroup) {
+func simAgent(ctx context.Context, hc *http.Client, url, nodeToken string, i, n int, interval time.Duration, st *simStats, joined *sync.WaitGroup, joinSlots chan struct{}) {
 	once := sync.OnceFunc(joined.Done)
 	defer once()
 	id := fmt.Sprintf("bench-sim-%05d", i+1)
 	opts := []client.Option{client.WithHTTPClient(hc), client.WithDeadline(time.Nanosecond)}
+	select {
+	case joinSlots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
 	secret, err := client.New(url, nodeToken, opts...).JoinAgent(ctx, id)
+	<-joinSlots
 	if err != nil {
 		st.Failed.Add(1)
 		return
