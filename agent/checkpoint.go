@@ -201,12 +201,12 @@ func dirBytes(dir string) int64 {
 func (a *Agent) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	var req berth.CheckpointRequest
 	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	res, err := a.Checkpoint(r.Context(), r.PathValue("id"), req.Image)
 	if err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)

@@ -86,22 +86,30 @@ func (a *Agent) authenticate(next http.Handler) http.Handler {
 		ok := subtle.ConstantTimeCompare([]byte(r.Header.Get(berth.HeaderAgentCall)), call) == 1 ||
 			subtle.ConstantTimeCompare([]byte(r.Header.Get(berth.HeaderNodeToken)), token) == 1
 		if len(token) == 0 || !ok {
-			httpjson.WriteError(w, "", berth.Errorf(berth.EUnauthorized, "missing or wrong agent-call token"))
+			a.writeError(w, r, berth.Errorf(berth.EUnauthorized, "missing or wrong agent-call token"))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
+// writeError answers err as an API-2 error body, keeping the calling server's request id, and
+// logs it with that id when it is a 5xx (issue 15: every 5xx is logged; a 500's cause is only
+// in the log).
+func (a *Agent) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	httpjson.LogError(a.log, w, r, "", err)
+	httpjson.WriteError(w, "", err)
+}
+
 func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var c berth.AgentCreate
 	if err := httpjson.Decode(w, r, maxJSONBytes, &c); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	if err := a.Create(r.Context(), c); err != nil {
 		a.log.Info("create refused", "sandbox", c.ID, "err", err)
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -109,7 +117,7 @@ func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 	if err := a.Delete(r.Context(), r.PathValue("id")); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -119,16 +127,16 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req berth.ExecRequest
 	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	if err := a.held(id); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	res, err := a.rt.Exec(r.Context(), id, req)
 	if err != nil {
-		httpjson.WriteError(w, "", a.runtimeErr(id, "exec", err))
+		a.writeError(w, r, a.runtimeErr(id, "exec", err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
@@ -139,11 +147,11 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := a.held(id); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	if r.ContentLength > maxFileBytes {
-		httpjson.WriteError(w, "", berth.Errorf(berth.ETooLarge, "file of %d bytes is over %d", r.ContentLength, maxFileBytes))
+		a.writeError(w, r, berth.Errorf(berth.ETooLarge, "file of %d bytes is over %d", r.ContentLength, maxFileBytes))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, maxFileBytes)
@@ -153,7 +161,7 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		err = berth.Errorf(berth.ETooLarge, "file over %d bytes", maxFileBytes)
 	}
 	if err != nil {
-		httpjson.WriteError(w, "", a.runtimeErr(id, "write a file", err))
+		a.writeError(w, r, a.runtimeErr(id, "write a file", err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -163,12 +171,12 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := a.held(id); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	rc, size, err := a.rt.ReadFile(r.Context(), id, r.URL.Query().Get("path"))
 	if err != nil {
-		httpjson.WriteError(w, "", a.runtimeErr(id, "read a file", err))
+		a.writeError(w, r, a.runtimeErr(id, "read a file", err))
 		return
 	}
 	defer rc.Close()

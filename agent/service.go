@@ -45,11 +45,11 @@ func (a *Agent) handleServe(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req berth.ServiceRequest
 	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		httpjson.WriteError(w, "", berth.Errorf(berth.EInvalidRequest, "cmd must not be empty"))
+		a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "cmd must not be empty"))
 		return
 	}
 	svc, err := a.heldServices(id)
@@ -57,7 +57,7 @@ func (a *Agent) handleServe(w http.ResponseWriter, r *http.Request) {
 		err = svc.Serve(r.Context(), id, req)
 	}
 	if err != nil {
-		httpjson.WriteError(w, "", a.runtimeErr(id, "start its service", err))
+		a.writeError(w, r, a.runtimeErr(id, "start its service", err))
 		return
 	}
 	a.log.Info("service started", "sandbox", id, "cmd", req.Cmd[0]) // not its arguments: they may hold secrets
@@ -72,7 +72,7 @@ func (a *Agent) handleServiceStatus(w http.ResponseWriter, r *http.Request) {
 		st, err = svc.ServiceStatus(r.Context(), id)
 	}
 	if err != nil {
-		httpjson.WriteError(w, "", a.runtimeErr(id, "report its service", err))
+		a.writeError(w, r, a.runtimeErr(id, "report its service", err))
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, st)
@@ -116,17 +116,17 @@ func appRoute(escaped string) (id, port, rest string, ok bool) {
 func (a *Agent) handleApp(w http.ResponseWriter, r *http.Request, id, portText, rest string) {
 	port, err := strconv.Atoi(portText)
 	if err != nil || port < 1 || port > 65535 {
-		httpjson.WriteError(w, "", berth.Errorf(berth.EInvalidRequest, "port %q is not in 1..65535", portText))
+		a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "port %q is not in 1..65535", portText))
 		return
 	}
 	svc, err := a.heldServices(id)
 	if err != nil {
-		httpjson.WriteError(w, "", err)
+		a.writeError(w, r, err)
 		return
 	}
 	path, err := url.PathUnescape(rest)
 	if err != nil {
-		httpjson.WriteError(w, "", berth.Errorf(berth.EInvalidRequest, "bad path escape in %q", rest))
+		a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "bad path escape in %q", rest))
 		return
 	}
 	// Full duplex: the request body stays readable while the app's answer is written, or
@@ -154,7 +154,7 @@ func (a *Agent) handleApp(w http.ResponseWriter, r *http.Request, id, portText, 
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			httpjson.WriteError(w, "", a.upstreamErr(r.Context(), svc, id, port, err))
+			a.writeError(w, r, a.upstreamErr(r.Context(), svc, id, port, err))
 		},
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"runtime/debug"
 
@@ -163,26 +162,9 @@ func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 // at error level for a 500 (a bug: its body says only "internal error"), at warn for any
 // other 5xx (a dependency failing, capacity).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	logServerError(s.log, r, err)
-	httpjson.WriteError(w, requestID(r.Context()), err)
-}
-
-// logServerError logs err if its answer is a 5xx: error level for 500, warn otherwise.
-func logServerError(log *slog.Logger, r *http.Request, err error) {
-	status := httpjson.StatusFor(berth.ErrorCode(err))
-	if status < 500 {
-		return
-	}
-	level, msg := slog.LevelWarn, "request failed"
-	if status == http.StatusInternalServerError {
-		level, msg = slog.LevelError, "internal error"
-	}
-	route := r.Pattern
-	if route == "" {
-		route = r.URL.Path
-	}
-	log.Log(r.Context(), level, msg, "request_id", requestID(r.Context()), "method", r.Method,
-		"route", route, "status", status, "code", berth.ErrorCode(err), "err", err)
+	id := requestID(r.Context())
+	httpjson.LogError(s.log, w, r, id, err)
+	httpjson.WriteError(w, id, err)
 }
 
 // readyz answers 200 when the store answers and accepts a write (Ping probes one), else 503

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -83,6 +84,30 @@ func WriteError(w http.ResponseWriter, requestID string, err error) {
 		w.Header().Set(berth.HeaderRequestID, requestID)
 	}
 	WriteJSON(w, StatusFor(e.Code), berth.ErrorBody{Error: d})
+}
+
+// LogError logs err when its answer is a 5xx — error level for a 500 (its cause is only in
+// this log, never in the body), warn for the others — with the request id the body carries,
+// so an operator finds the cause from an answer's id (issue 15: every 5xx is logged). An
+// empty requestID falls back to the response's X-Request-Id, as WriteError's does.
+func LogError(log *slog.Logger, w http.ResponseWriter, r *http.Request, requestID string, err error) {
+	status := StatusFor(berth.ErrorCode(err))
+	if status < 500 {
+		return
+	}
+	if requestID == "" {
+		requestID = w.Header().Get(berth.HeaderRequestID)
+	}
+	level, msg := slog.LevelWarn, "request failed"
+	if status == http.StatusInternalServerError {
+		level, msg = slog.LevelError, "internal error"
+	}
+	route := r.Pattern
+	if route == "" {
+		route = r.URL.Path
+	}
+	log.Log(r.Context(), level, msg, "request_id", requestID, "method", r.Method,
+		"route", route, "status", status, "code", berth.ErrorCode(err), "err", err)
 }
 
 // EchoRequestID makes the request id of a proxied call the id of its answer: a request's

@@ -159,6 +159,11 @@ func testDrainOfSelfDraining(t *testing.T, s berth.Store) {
 	if err != nil || a.Status != berth.AgentDraining || a.DrainReason != "" {
 		t.Errorf("agent = %s (drain %q), %v; want draining (drain \"\")", a.Status, a.DrainReason, err)
 	}
+	// The undrain's event says why the status did not move, not a bare draining → draining.
+	evs := events(t, s, berth.EventFilter{Entity: "agent/a1"})
+	if last := evs[len(evs)-1]; last.From != "draining" || last.To != "draining" || last.Reason != "undrained; the agent still reports draining" {
+		t.Errorf("undrain event = %+v; want draining → draining, \"undrained; the agent still reports draining\"", last)
+	}
 }
 
 func testHeartbeatNetting(t *testing.T, s berth.Store) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -142,7 +143,13 @@ func runInit(args []string) int {
 	goPipe.Close()
 	// A session keyring of its own: the agent's (the operator's login session's, under a
 	// shell) would let the sandbox read and change the operator's kernel keys, whatever uid
-	// it drops to (ISO-1; the escape suite's "operator's session keyring").
+	// it drops to (ISO-1; the escape suite's "operator's session keyring"). A keyring, like
+	// every credential, belongs to a thread: the join and stage 1's execve (dropAndExec) must
+	// run on one thread, or the exec'd stage 2 keeps the keyring of the thread that exec'd —
+	// the operator's. Without the lock the goroutine could move to another thread when a
+	// syscall blocked under load; the escape suite then found the operator's key (once, in a
+	// full test run on a busy machine). The lock is never undone: the exec ends this process.
+	runtime.LockOSThread()
 	if err := joinAnonymousKeyring(); err != nil {
 		fmt.Fprintf(ready, "error: own session keyring: %v\n", err)
 		return 1

@@ -123,8 +123,15 @@ func (s *Store) SetAgentDrain(ctx context.Context, id string, draining bool, rea
 			if newDrain == "" {
 				newDrain, evReason = DefaultDrainReason, DefaultDrainReason
 			}
-		} else if evReason == "" {
-			evReason = "undrained"
+		} else {
+			if evReason == "" {
+				evReason = "undrained"
+			}
+			if newStatus == string(berth.AgentDraining) {
+				// The agent closed its own intake (a preemption notice, a shutdown) or has not
+				// yet heard of the undrain: its next heartbeat moves the status.
+				evReason += "; the agent still reports draining"
+			}
 		}
 		if _, err := tx.exec(ctx, `UPDATE agents SET status = ?, drain_reason = ? WHERE id = ?`,
 			newStatus, newDrain, id); err != nil {
