@@ -206,6 +206,36 @@ func TestLazyBegin(t *testing.T) {
 			t.Fatalf("rows after failed transactions: %d, want 3", n)
 		}
 	})
+	t.Run("connection killed under the transaction", func(t *testing.T) {
+		before := countT(t, db)
+		tx := begin()
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (100)`); err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		killer, err := pgx.Connect(ctx, db.pool.Config().ConnConfig.ConnString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer killer.Close(ctx)
+		if _, err := killer.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (101)`); err == nil {
+			t.Error("a statement on a killed connection succeeded")
+		}
+		if err := tx.Commit(ctx); err == nil {
+			t.Fatal("commit on a killed connection succeeded")
+		}
+		// The pool dropped the dead connection: the next transaction gets a live one, and
+		// nothing of the killed transaction was kept.
+		if n := countT(t, db); n != before {
+			t.Fatalf("rows after the killed transaction: %d, want %d", n, before)
+		}
+	})
 
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
