@@ -13,13 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/cpustat"
 	"github.com/berth-dev/berth/internal/pgtest"
 	"github.com/berth-dev/berth/store/postgres"
 	"github.com/berth-dev/berth/store/sqlite"
@@ -186,54 +186,16 @@ func benchJoin(b *testing.B, baseURL, agentID string) string {
 }
 
 // selfCPU is this process's user+system CPU time in nanoseconds.
-func selfCPU() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
+func selfCPU() int64 { return int64(cpustat.Self()) }
 
-// postgresCPU sums the user+system CPU time (ns) of the postgres processes this process
-// started (the pgtest postmaster, a child of this process, and its backends); 0 when none.
+// postgresCPU sums the CPU time (ns) of the postgres servers this process started (each
+// pgtest postmaster, a child of this process, with its backends); 0 when none.
 func postgresCPU() int64 {
-	ents, _ := os.ReadDir("/proc")
-	type proc struct {
-		ppid  int
-		ticks int64
-		pg    bool
+	pms, _ := cpustat.Children(os.Getpid(), "postgres")
+	var sum int64
+	for _, pm := range pms {
+		d, _ := cpustat.Tree(pm)
+		sum += int64(d)
 	}
-	procs := map[int]proc{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(raw)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+2:]) // f[0] is field 3 (state)
-		if len(f) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		stt, _ := strconv.ParseInt(f[12], 10, 64)
-		procs[pid] = proc{ppid: ppid, ticks: ut + stt, pg: strings.Contains(s[:i], "postgres")}
-	}
-	me := os.Getpid()
-	var ticks int64
-	for _, p := range procs {
-		if !p.pg {
-			continue
-		}
-		if p.ppid == me || (procs[p.ppid].pg && procs[p.ppid].ppid == me) {
-			ticks += p.ticks
-		}
-	}
-	return ticks * int64(time.Second) / 100 // USER_HZ is 100 on Linux
+	return sum
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/runtime/noop"
+	"github.com/berth-dev/berth/internal/cpustat"
 	"github.com/berth-dev/berth/server"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -63,6 +64,11 @@ type fleetReport struct {
 	SimAcked, SimResyncs, SimFailed int64
 	SimStale                        int
 	SimMaxGap                       time.Duration
+	// Where the cores went during the creates: this process (replicas, agents, simulated
+	// agents and the load generator) and PostgreSQL's postmaster tree, over Wall; PGCPUErr
+	// says why PostgreSQL's is unknown (a SQLite run, or a server not visible here).
+	SelfCPU, PGCPU, Wall time.Duration
+	PGCPUErr             error
 }
 
 func newBenchFleetCmd() *cobra.Command {
@@ -227,10 +233,23 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 		}
 		return n
 	}
-	before := trips()
+	postmaster, err := postmasterOf(ctx, cfg.Store)
+	rep.PGCPUErr = err
+	pgCPU := func() time.Duration {
+		if rep.PGCPUErr != nil {
+			return 0
+		}
+		d, err := cpustat.Tree(postmaster)
+		if err != nil {
+			rep.PGCPUErr = err
+		}
+		return d
+	}
+	before, self0, pg0, wall0 := trips(), cpustat.Self(), pgCPU(), time.Now()
 	rep.Create, err = runBenchCreate(ctx, benchConfig{URLs: urls, Key: adminKey, Clients: cfg.Clients,
 		Duration: cfg.Duration, MaxCreates: 10_000_000, Template: "shell", Cleanup: true,
 		AfterCreates: func() {
+			rep.SelfCPU, rep.PGCPU, rep.Wall = cpustat.Self()-self0, pgCPU()-pg0, time.Since(wall0)
 			rep.RoundTrips = trips() - before
 			rep.SimAcked, rep.SimResyncs, rep.SimFailed = sim.Acked.Load()-acked, sim.Resyncs.Load()-resyncs, sim.Failed.Load()-failed
 			if cfg.SimAgents > 0 {
@@ -244,6 +263,32 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 		rep.PGBenchTPS, rep.PGBenchErr = pgbenchInsertTPS(ctx, cfg.Store, cfg.Clients, cfg.Duration, dir)
 	}
 	return rep, nil
+}
+
+// postmasterOf is the process id of the PostgreSQL server behind db, when it runs on this
+// machine and is visible here: the parent of the backend that serves a connection. Errors:
+// SQLite (db empty), a failed connection, a backend not in this machine's /proc.
+func postmasterOf(ctx context.Context, db string) (int, error) {
+	if db == "" {
+		return 0, errors.New("not PostgreSQL")
+	}
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0, err
+	}
+	ppid, comm, err := cpustat.Parent(backend)
+	if err != nil {
+		return 0, fmt.Errorf("the server's processes are not visible here: %w", err)
+	}
+	if !strings.HasPrefix(comm, "postgres") {
+		return 0, fmt.Errorf("backend %d's parent %d is %q, not a postmaster", backend, ppid, comm)
+	}
+	return ppid, nil
 }
 
 // benchReplica serves one replica over st on 127.0.0.1:0 until ctx ends and returns its URL.
@@ -345,6 +390,21 @@ func (r fleetReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "heartbeats acknowledged/s\t%.0f of %.0f due (resyncs %d, failures %d)\n", float64(r.SimAcked)/c.Elapsed.Seconds(),
 			float64(r.Cfg.SimAgents)/r.Cfg.SimInterval.Seconds(), r.SimResyncs, r.SimFailed)
 		fmt.Fprintf(tw, "agents > 30 s between two acks\t%d (longest gap %s)\n", r.SimStale, r.SimMaxGap.Round(time.Millisecond))
+	}
+	if r.Wall > 0 && c.Attempts > 0 {
+		perCreate := func(d time.Duration) string {
+			return fmt.Sprintf("%.2f cores, %.2f ms per create", d.Seconds()/r.Wall.Seconds(), float64(d.Milliseconds())/float64(c.Attempts))
+		}
+		who := "replicas, agents, load generator"
+		if r.Cfg.SimAgents > 0 {
+			who += ", simulated agents"
+		}
+		fmt.Fprintf(tw, "CPU: this process\t%s (%s)\n", perCreate(r.SelfCPU), who)
+		if r.PGCPUErr != nil {
+			fmt.Fprintf(tw, "CPU: PostgreSQL\tunknown (%v)\n", r.PGCPUErr)
+		} else {
+			fmt.Fprintf(tw, "CPU: PostgreSQL\t%s (its postmaster and backends)\n", perCreate(r.PGCPU))
+		}
 	}
 	switch {
 	case r.PGBenchErr != nil:
