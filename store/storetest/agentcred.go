@@ -2,6 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,5 +68,66 @@ func testAgentCredentials(t *testing.T, s berth.Store) {
 	}
 	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "tie", Hash: "t2", CreatedAt: at(7 * time.Second)}); !errors.Is(err, berth.ErrRevoked) {
 		t.Errorf("JoinAgent(tie) after an admin revoke of tied rows: err = %v, want ErrRevoked", err)
+	}
+}
+
+// testAgentJoinsRace: joins and an admin revoke for one id racing on several connections
+// settle as if they had run one at a time (TRUST-1). Joins alone leave exactly one live
+// credential; with a revoke among them, a revoke that found the id leaves none live (joins
+// before it were revoked, joins after it refused) and one that found nothing leaves one.
+func testAgentJoinsRace(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	const rounds, joiners = 25, 6
+	live := func(id string) int {
+		t.Helper()
+		cs, err := s.AgentCredentials(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range cs {
+			if c.AgentID == id && c.Live() {
+				n++
+			}
+		}
+		return n
+	}
+	for round := range rounds {
+		for _, withRevoke := range []bool{false, true} {
+			id := fmt.Sprintf("race-%d-%t", round, withRevoke)
+			var wg sync.WaitGroup
+			var revoked atomic.Int64
+			revokeFound := atomic.Bool{}
+			for j := range joiners {
+				wg.Go(func() {
+					err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: id, Hash: fmt.Sprintf("%s-h%d", id, j), CreatedAt: T0})
+					if err != nil && !errors.Is(err, berth.ErrRevoked) {
+						t.Errorf("JoinAgent(%s): %v", id, err)
+					}
+				})
+				if withRevoke && j == joiners/2 {
+					wg.Go(func() {
+						n, err := s.RevokeAgent(ctx, id, at(time.Second))
+						switch {
+						case errors.Is(err, berth.ErrNotFound):
+						case err != nil:
+							t.Errorf("RevokeAgent(%s): %v", id, err)
+						default:
+							revokeFound.Store(true)
+							revoked.Add(int64(n))
+						}
+					})
+				}
+			}
+			wg.Wait()
+			want := 1
+			if revokeFound.Load() {
+				want = 0
+			}
+			if got := live(id); got != want {
+				t.Fatalf("round %d (revoke %t, found %t): %d live credentials for %s, want %d",
+					round, withRevoke, revokeFound.Load(), got, id, want)
+			}
+		}
 	}
 }

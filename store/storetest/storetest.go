@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"Tenants", one(testTenants)},
 		{"APIKeys", one(testAPIKeys)},
 		{"AgentCredentials", one(testAgentCredentials)},
+		{"AgentJoinsRace", one(testAgentJoinsRace)},
 		{"CreateSandboxRoundTrip", one(testCreateSandboxRoundTrip)},
 		{"TimesAreUTCMilliseconds", one(testTimesAreUTCMilliseconds)},
 		{"SandboxNotFound", one(testSandboxNotFound)},

@@ -10,6 +10,9 @@ import (
 	"github.com/berth-dev/berth"
 )
 
+// agentCredLock prefixes the lock name (Dialect.LockName) of an agent id's credentials.
+const agentCredLock = "agent-credentials/"
+
 // JoinAgent implements berth.AgentCredentialStore (TRUST-1): the new credential, and the
 // id's other live ones revoked as "rejoin", in one transaction. An id whose latest credential
 // an admin revoked is refused with berth.ErrRevoked.
@@ -18,6 +21,12 @@ func (s *Store) JoinAgent(ctx context.Context, c berth.AgentCredential) error {
 		return s.errorf("join agent: agent id and hash are required")
 	}
 	return s.inTx(ctx, func(tx *Tx) error {
+		// Joins and revokes of one id run one at a time: under READ COMMITTED, a join racing
+		// a revoke could otherwise insert a credential the revoke's UPDATE never saw, and the
+		// banned id would keep a live credential (storetest's AgentJoinsRace).
+		if err := s.d.LockName(ctx, tx, agentCredLock+c.AgentID); err != nil {
+			return s.errorf("join agent %q: %w", c.AgentID, err)
+		}
 		// An admin revoke bans the id for good, whichever of its rows it landed on: judged by
 		// any row, never by the "latest" one (concurrent joins share a created_at, and
 		// created_at is read before commit, so no order of rows is the order of events).
@@ -80,6 +89,9 @@ func (s *Store) AgentCredentials(ctx context.Context) ([]berth.AgentCredential, 
 func (s *Store) RevokeAgent(ctx context.Context, agentID string, now time.Time) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx *Tx) error {
+		if err := s.d.LockName(ctx, tx, agentCredLock+agentID); err != nil {
+			return s.errorf("revoke agent %q: %w", agentID, err)
+		}
 		var count int
 		if err := tx.queryRow(ctx, `SELECT COUNT(*) FROM agent_credentials WHERE agent_id = ?`, agentID).Scan(&count); err != nil {
 			return s.errorf("revoke agent %q: %w", agentID, err)

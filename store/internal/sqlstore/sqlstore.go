@@ -58,6 +58,10 @@ type Dialect struct {
 	// NotifyAgent announces that agent id changed (PLC-5) from inside tx: it is delivered
 	// after tx commits and never if it rolls back.
 	NotifyAgent func(ctx context.Context, tx *Tx, id string) error
+	// LockName takes a lock on name held until tx ends, so transactions about one name run
+	// one at a time even where they touch no common row (PostgreSQL: a transaction-scoped
+	// advisory lock). Nil where write transactions are serialized anyway (SQLite).
+	LockName func(ctx context.Context, tx *Tx, name string) error
 	// PingTimeout bounds Ping, so a server that does not answer fails it fast; 0: none.
 	PingTimeout time.Duration
 	// Retryable reports whether a transaction that failed with err may be run again
@@ -126,6 +130,9 @@ func New(db DB, d Dialect) *Store {
 	}
 	if d.NotifyAgent == nil {
 		d.NotifyAgent = func(context.Context, *Tx, string) error { return nil }
+	}
+	if d.LockName == nil {
+		d.LockName = func(context.Context, *Tx, string) error { return nil }
 	}
 	return &Store{db: db, d: d}
 }
