@@ -34,8 +34,9 @@ type attempt struct {
 	ask func(sb berth.Sandbox) berth.AgentCreate
 	// inFlight is the state record leaves the sandbox in; bind then moves it to running.
 	inFlight berth.SandboxState
-	// undo ends an abandoned attempt's record, on a context of its own.
-	undo func(ctx context.Context, sb berth.Sandbox, reason string) error
+	// undo ends an abandoned attempt's record, on a context of its own; false when the
+	// record had already left inFlight (its agent's heartbeat promoted it, or it ended).
+	undo func(ctx context.Context, sb berth.Sandbox, reason string) (bool, error)
 	// restore: only hosts that can restore a checkpoint image qualify (ISO-4).
 	restore bool
 	// started is the reason of the transition to running ("agent started it" when empty).
@@ -76,10 +77,9 @@ func (s *scheduler) createAttempt(req berth.CreateRequest, actor string) attempt
 				Stateful: sb.Stateful, ExpiresAt: sb.ExpiresAt, Volume: volumeKey(sb.Tenant, req.Volume)}
 		},
 		inFlight: berth.SandboxStarting,
-		undo: func(ctx context.Context, sb berth.Sandbox, reason string) error {
-			_, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
+		undo: func(ctx context.Context, sb berth.Sandbox, reason string) (bool, error) {
+			return s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting},
 				berth.SandboxFailed, reason, actor, s.cfg.Clock())
-			return err
 		},
 	}
 }
@@ -146,11 +146,10 @@ func (s *scheduler) restoreAttempt(sb berth.Sandbox, from []berth.SandboxState, 
 				Stateful: at.Stateful, ExpiresAt: expires, Volume: volumeKey(at.Tenant, at.Volume), RestoreImage: image}
 		},
 		inFlight: berth.SandboxResuming,
-		undo: func(ctx context.Context, at berth.Sandbox, reason string) error {
-			_, err := s.store.MoveSandbox(ctx, at.ID, []berth.SandboxState{berth.SandboxResuming},
+		undo: func(ctx context.Context, at berth.Sandbox, reason string) (bool, error) {
+			return s.store.MoveSandbox(ctx, at.ID, []berth.SandboxState{berth.SandboxResuming},
 				berth.SandboxMove{To: berth.SandboxPaused, ExpiresAt: oldExpires, PausedAt: pausedAt, Image: image},
 				reason, actor, s.cfg.Clock())
-			return err
 		},
 	}
 }
@@ -183,7 +182,12 @@ func (s *scheduler) placeWith(ctx context.Context, sb berth.Sandbox, req berth.C
 			s.afterCreate(h.renewing) // counted until the agent's heartbeat lists it (LED-4)
 			return placed, nil
 		}
-		s.unbind(ctx, p, c, h, u) // the one failure path after reserve: it unreserves
+		// The one failure path after reserve: it unreserves, unless the attempt turns out
+		// to be running after all.
+		if kept, ok := s.unbind(ctx, p, c, h, u); ok {
+			s.afterCreate(h.renewing)
+			return kept, nil
+		}
 		if err := s.next(ctx, p, c, u); err != nil {
 			return p.sb, err
 		}
@@ -230,8 +234,10 @@ type unbound struct {
 	// recorded: the attempt's record was written and is undone with reason.
 	recorded bool
 	reason   string
-	// stopAgent: the agent's side is unknown (it failed rather than refused), so it is told
-	// to stop the sandbox, and the failure counts toward its host's quarantine (PLC-9).
+	// stopAgent: the agent's side is unknown (it failed rather than refused, or it started
+	// the sandbox and recording running failed), so it is told to stop the sandbox unless
+	// the record moved on to running meanwhile (unbind), and an agent's failure counts
+	// toward its host's quarantine (PLC-9).
 	stopAgent bool
 	// agentErr is the agent's no ("" code when the agent was never asked).
 	agentErr error
@@ -393,15 +399,31 @@ func agentSaidNo(host string, err error) *unbound {
 		stopAgent: (code == berth.EInternal || code == berth.EUnavailable) && !errors.Is(err, errNotConnected), agentErr: err}
 }
 
+// runningAttempts bounds running's tries of a transition whose statement failed.
+const runningAttempts = 3
+
 // running records the started attempt running, whatever the client does meanwhile (the
 // agent runs it now). When something else moved it first (its agent's heartbeat promoted it,
-// or it ended) it returns what the store holds. A store error is unavailable, with the
-// attempt to undo: the agent is told to stop it.
+// or it ended) it returns what the store holds. A failed statement may still have been
+// applied (its answer lost with its connection) or been overtaken by a promotion, so the
+// store's row decides: moved on, it is the answer; still in flight, the transition is tried
+// again, up to runningAttempts. Only then is it unavailable, with the attempt to undo.
 func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *unbound) {
 	rec := context.WithoutCancel(ctx)
 	started := cmp.Or(p.at.started, "agent started it")
-	ok, err := s.store.TransitionSandbox(rec, p.sb.ID, []berth.SandboxState{p.at.inFlight},
-		berth.SandboxRunning, started, p.actor, s.cfg.Clock())
+	var ok bool
+	var err error
+	for range runningAttempts {
+		ok, err = s.store.TransitionSandbox(rec, p.sb.ID, []berth.SandboxState{p.at.inFlight},
+			berth.SandboxRunning, started, p.actor, s.cfg.Clock())
+		if err == nil {
+			break
+		}
+		cur, rerr := s.store.Sandbox(rec, p.sb.ID)
+		if rerr == nil && cur.State != p.at.inFlight {
+			return cur, nil
+		}
+	}
 	if err != nil {
 		return p.sb, &unbound{err: berth.Fault(err, "record running"),
 			recorded: true, reason: "recording running failed: " + err.Error(), stopAgent: true}
@@ -416,27 +438,54 @@ func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *un
 	return sb, nil
 }
 
-// unbind undoes a reserved attempt that did not become a running sandbox, in this order:
-// when the agent's side is unknown it is told to stop the sandbox (before its room is given
-// back); the hold is unreserved; the attempt's record, if written, is undone (a create's row
-// ends failed, which frees its Idempotency-Key; a resume's is paused again). It runs on a
-// context of its own: a client that went away must not leave a reservation or a starting
+// unbind undoes a reserved attempt that did not become a running sandbox: the hold is
+// unreserved and the attempt's record, if written, undone (a create's row ends failed, which
+// frees its Idempotency-Key; a resume's is paused again). When the agent's side is unknown
+// (stopAgent) the record is undone first: if it had already moved on to running on this
+// host — the agent did start it and its heartbeat promoted it, or recording running was
+// applied but its answer lost — the sandbox is kept and returned (true), reservation and
+// all, instead of being stopped under a record that says running (an attack with killed
+// PostgreSQL backends found such rows: running, with nothing behind them until their TTL).
+// If the undo itself fails, the agent keeps its copy (its heartbeat promotes the record, or
+// its TTL ends it). Otherwise the agent is told to stop the sandbox before its room is given
+// back. It runs on
+// a context of its own: a client that went away must not leave a reservation or a starting
 // row behind (C20). Failures are logged: the sweeper and the reservation's TTL settle them.
-func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold, u *unbound) {
+func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold, u *unbound) (berth.Sandbox, bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if u.stopAgent {
-		if err := s.agents.delete(cctx, agentAt{c.host, c.addr}, p.sb.ID); err != nil {
-			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", p.sb.ID, "err", err)
+	if !u.stopAgent {
+		s.unreserve(h)
+		if u.recorded {
+			if _, err := p.at.undo(cctx, p.sb, u.reason); err != nil {
+				s.cfg.Logger.Error("could not record an abandoned attempt; the sweeper will", "sandbox", p.sb.ID, "err", err)
+			}
+		}
+		return berth.Sandbox{}, false
+	}
+	if u.recorded {
+		moved, err := p.at.undo(cctx, p.sb, u.reason)
+		if err != nil {
+			// The record is in an unknown state too: the agent keeps its copy, which its
+			// heartbeat then promotes (or which its TTL ends) — a sandbox that runs under
+			// a record that says so, never a record that says running over nothing.
+			s.cfg.Logger.Error("could not record an abandoned attempt; the agent keeps its copy for its heartbeat to settle",
+				"sandbox", p.sb.ID, "agent", c.host, "err", err)
+			s.unreserve(h)
+			return berth.Sandbox{}, false
+		}
+		if !moved {
+			if cur, err := s.store.Sandbox(cctx, p.sb.ID); err == nil && cur.State == berth.SandboxRunning && cur.AgentID == c.host {
+				s.cfg.Logger.Warn("the attempt failed but its sandbox is running on its host; kept", "sandbox", p.sb.ID, "agent", c.host, "reason", u.reason)
+				return cur, true
+			}
 		}
 	}
+	if err := s.agents.delete(cctx, agentAt{c.host, c.addr}, p.sb.ID); err != nil {
+		s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", p.sb.ID, "err", err)
+	}
 	s.unreserve(h)
-	if !u.recorded {
-		return
-	}
-	if err := p.at.undo(cctx, p.sb, u.reason); err != nil {
-		s.cfg.Logger.Error("could not record an abandoned attempt; the sweeper will", "sandbox", p.sb.ID, "err", err)
-	}
+	return berth.Sandbox{}, false
 }
 
 // next decides, after an unbind, whether the placement goes on (nil) or ends with the error

@@ -480,12 +480,97 @@ func TestPlaceBind(t *testing.T) {
 	t.Run("recording running fails: internal (not transient, berth.Fault), the agent's copy to stop", func(t *testing.T) {
 		r := newPlaceRig(t, nil)
 		r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
-		r.fs.beforeTransition = func(context.Context, string, berth.SandboxState) error { return errors.New("disk full") }
+		var tries int
+		r.fs.beforeTransition = func(context.Context, string, berth.SandboxState) error { tries++; return errors.New("disk full") }
 		_, _, u := bound(t, r, newSandbox(""), berth.CreateRequest{})
 		if u == nil || berth.ErrorCode(u.err) != berth.EInternal || !u.recorded || !u.stopAgent || u.reason != "recording running failed: disk full" {
 			t.Fatalf("bind: %+v; want internal, recorded, stopAgent", u)
 		}
+		if tries != runningAttempts {
+			t.Errorf("the transition was tried %d times, want %d", tries, runningAttempts)
+		}
 	})
+	t.Run("recording running was applied but its answer lost: the store's running sandbox", func(t *testing.T) {
+		r := newPlaceRig(t, nil)
+		r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
+		r.fs.beforeTransition = func(ctx context.Context, id string, to berth.SandboxState) error {
+			if _, err := r.st.TransitionSandbox(ctx, id, []berth.SandboxState{berth.SandboxStarting}, to, "agent started it", "test", r.clock()); err != nil {
+				return err
+			}
+			return errors.New("unexpected EOF") // the connection died after the commit
+		}
+		_, got, u := bound(t, r, newSandbox(""), berth.CreateRequest{})
+		if u != nil || got.State != berth.SandboxRunning {
+			t.Fatalf("bind: %+v %+v; want the store's running sandbox, nothing to undo", got, u)
+		}
+	})
+}
+
+// TestPlaceUnknownAttemptKeepsAPromotedSandbox (an attack on two replicas with killed
+// PostgreSQL backends found it): when an attempt's outcome is unknown — recording running
+// failed every time, or the agent's create call failed — and meanwhile the agent's heartbeat
+// promoted the row to running, the placement must not stop a sandbox the store holds
+// running: that left a "running" row with nothing behind it until its TTL. The record is
+// undone first; found running on its host, the sandbox is kept and is the answer. When the
+// undo does move the record, the agent's copy is stopped as before.
+func TestPlaceUnknownAttemptKeepsAPromotedSandbox(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		agent     string // the agent's answer to the create
+		promoted  bool   // the heartbeat promotes the row before the undo
+		undoFails bool   // the undo's statement fails too
+	}{
+		{name: "recording running and the undo fail: the agent keeps its copy", undoFails: true},
+		{name: "recording running fails, promoted meanwhile", promoted: true},
+		{name: "recording running fails, still starting"},
+		{name: "agent call fails, promoted meanwhile", agent: berth.EInternal, promoted: true},
+		{name: "agent call fails, still starting", agent: berth.EInternal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPlaceRig(t, nil)
+			a := newScriptedAgent(t, answering(tc.agent))
+			r.host(t, "a", a.srv.URL, 4096, false)
+			r.fs.beforeTransition = func(ctx context.Context, id string, to berth.SandboxState) error {
+				switch to {
+				case berth.SandboxRunning:
+					return errors.New("connection reset by peer")
+				case berth.SandboxFailed: // the undo; the heartbeat got there first
+					if tc.undoFails {
+						return errors.New("connection reset by peer")
+					}
+					if tc.promoted {
+						_, err := r.st.TransitionSandbox(ctx, id, []berth.SandboxState{berth.SandboxStarting},
+							berth.SandboxRunning, "agent reports it running", "agent/a", r.clock())
+						return err
+					}
+				}
+				return nil
+			}
+			sb := newSandbox("")
+			got, err := r.s.place(ctx, sb, berth.CreateRequest{}, "test")
+			cur, rerr := r.st.Sandbox(ctx, sb.ID)
+			must(t, rerr)
+			if tc.promoted {
+				if err != nil || got.ID != sb.ID || got.State != berth.SandboxRunning || cur.State != berth.SandboxRunning || a.deletes.Load() != 0 {
+					t.Fatalf("placement: %+v, %v; row %s, %d deletes; want the running sandbox kept, no delete", got, err, cur.State, a.deletes.Load())
+				}
+				return
+			}
+			if tc.undoFails {
+				if err == nil || cur.State != berth.SandboxStarting || a.deletes.Load() != 0 {
+					t.Fatalf("placement: %v; row %s, %d deletes; want an error, the row starting for the heartbeat to settle, no delete", err, cur.State, a.deletes.Load())
+				}
+				return
+			}
+			if err == nil || cur.State != berth.SandboxFailed || a.deletes.Load() != 1 {
+				t.Fatalf("placement: %v; row %s, %d deletes; want an error, failed, the agent's copy stopped once", err, cur.State, a.deletes.Load())
+			}
+			if rs, err := r.st.Reservations(ctx); err != nil || len(rs) != 0 {
+				t.Errorf("reservations left: %v, %v", rs, err)
+			}
+		})
+	}
 }
 
 func TestPlaceUnbindAndNext(t *testing.T) {
