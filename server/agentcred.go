@@ -101,8 +101,10 @@ func (s *Server) listAgentCredentials(w http.ResponseWriter, r *http.Request, _ 
 }
 
 // revokeAgent is POST /v1/agents/{id}/revoke (admin, TRUST-1): the agent's live credentials
-// are revoked, its calls get 401 from then on and its heartbeats stop counting (it goes
-// silent and leases take over), and it cannot join again under this id. Answers 200
+// are revoked, its calls get 401 from then on and its heartbeats stop counting — also one on
+// its way while the revoke ran (it goes silent and leases take over) — its host is drained
+// ("credential revoked": no replica places on it any more), and it cannot join again under
+// this id. Answers 200
 // {"agent_id", "revoked": n}; 404 not_found for an id that never joined.
 func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
@@ -112,6 +114,9 @@ func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, p principal
 	}
 	if err != nil {
 		return berth.Fault(err, "revoke agent")
+	}
+	if a, err := s.store.Agent(r.Context(), id); err == nil {
+		s.sched.observe(a) // drained by the revoke: this replica stops placing on it at once
 	}
 	s.log.Warn("agent credentials revoked", "agent", id, "revoked", n, "by", "tenant/"+p.Tenant)
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"agent_id": id, "revoked": n})

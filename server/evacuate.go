@@ -19,7 +19,8 @@ import (
 // before the deadline, retried until then); a snapshot move is checkpointed on this agent and
 // restored on another (moveBySnapshot); a budgeted loss is recorded as lost with its reason.
 // Every outcome is an event. Steps run in the plan's order (reconstructions, then moves
-// smallest first, then losses).
+// smallest first, then losses). The credential is checked again before each step: once it is
+// revoked the plan stops and the answer is 401, whatever steps already ran.
 func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) {
 	if cred, err := s.agentCredential(r.Context(), r); err != nil {
 		s.writeError(w, r, err)
@@ -56,6 +57,15 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	outcomes := make([]berth.EvacuateOutcome, 0, len(req.Steps))
 	for _, step := range req.Steps {
+		// TRUST-1: a credential revoked while the plan was uploading or running carries out
+		// no further step (each step is read back against the store: a plan is a handful of
+		// steps, and a store fault here does not stop an evacuation racing its deadline).
+		if _, err := s.agentCredential(ctx, r); berth.ErrorCode(err) == berth.EUnauthorized {
+			s.log.Warn("evacuation plan stopped: its agent's credential was revoked", "agent", agentID,
+				"done", len(outcomes), "left", len(req.Steps)-len(outcomes))
+			s.writeError(w, r, err)
+			return
+		}
 		outcomes = append(outcomes, s.evacuateOne(ctx, agentID, actor, step))
 	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"outcomes": outcomes})

@@ -166,6 +166,11 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.cfg.Clock()
 	res, err := s.store.RecordHeartbeat(r.Context(), hb, now)
+	if errors.Is(err, berth.ErrRevoked) {
+		// Revoked while this heartbeat was on its way: it is not applied (TRUST-1).
+		s.writeError(w, r, berth.Errorf(berth.EUnauthorized, "agent credential revoked; join again under a new agent id"))
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, berth.Fault(err, "record heartbeat"))
 		return

@@ -71,10 +71,8 @@ func dialect() sqlstore.Dialect {
 		LazyBegin: true,
 		WriteCTE:  true,
 		Greatest:  "GREATEST",
-		LockName: func(ctx context.Context, tx *sqlstore.Tx, name string) error {
-			// 64-bit hash of the name: a collision only makes two names wait for each other.
-			return tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`, name)
-		},
+		// A 64-bit hash of the name: a collision only makes two names wait for each other.
+		LockNameSQL: `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`,
 		NotifyAgent: func(ctx context.Context, tx *sqlstore.Tx, id string) error {
 			if err := tx.Exec(ctx, `SELECT pg_notify(?, ?)`, AgentsChannel, id); err != nil {
 				return fmt.Errorf("postgres: notify agent %q: %w", id, err)

@@ -131,3 +131,90 @@ func testAgentJoinsRace(t *testing.T, s berth.Store) {
 		}
 	}
 }
+
+// testHeartbeatAfterRevoke: once RevokeAgent has returned, no heartbeat of that agent is
+// applied — neither one sent after it (ErrRevoked, whole or delta) nor one that was already on
+// its way while the revoke ran (TRUST-1: a revoked agent is treated as silent; on PostgreSQL
+// such heartbeats used to commit after the revoke and keep the host fresh).
+func testHeartbeatAfterRevoke(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	seen := func(id string) time.Time {
+		t.Helper()
+		a, err := s.Agent(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.LastSeen
+	}
+	// In order: a whole heartbeat, a delta on it, the revoke, then both kinds refused.
+	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "rv", Hash: "rv-h", CreatedAt: T0}); err != nil {
+		t.Fatal(err)
+	}
+	hb := heartbeat("rv", 2048)
+	hb.Seq = 1
+	if res, err := s.RecordHeartbeat(ctx, hb, at(time.Second)); err != nil || !res.Applied {
+		t.Fatalf("whole heartbeat: %+v, %v", res, err)
+	}
+	hb.Seq, hb.Delta, hb.BaseSeq = 2, true, 1
+	if res, err := s.RecordHeartbeat(ctx, hb, at(2*time.Second)); err != nil || !res.Applied {
+		t.Fatalf("delta heartbeat: %+v, %v", res, err)
+	}
+	if _, err := s.RevokeAgent(ctx, "rv", at(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	hb.Seq, hb.BaseSeq = 3, 2
+	if _, err := s.RecordHeartbeat(ctx, hb, at(4*time.Second)); !errors.Is(err, berth.ErrRevoked) {
+		t.Errorf("delta heartbeat after the revoke: %v, want ErrRevoked", err)
+	}
+	hb.Seq, hb.Delta, hb.BaseSeq = 4, false, 0
+	if _, err := s.RecordHeartbeat(ctx, hb, at(5*time.Second)); !errors.Is(err, berth.ErrRevoked) {
+		t.Errorf("whole heartbeat after the revoke: %v, want ErrRevoked", err)
+	}
+	if got := seen("rv"); !got.Equal(at(2 * time.Second)) {
+		t.Errorf("last seen %v after refused heartbeats, want %v", got, at(2*time.Second))
+	}
+	// The revoke drained its host: no replica places on it from now on.
+	if a, err := s.Agent(ctx, "rv"); err != nil || a.Status != berth.AgentDraining || a.DrainReason != "credential revoked" {
+		t.Errorf("agent after its revoke: %s (drain %q), %v; want draining, \"credential revoked\"", a.Status, a.DrainReason, err)
+	}
+
+	// Racing: heartbeats on several connections while the revoke runs.
+	const rounds, senders, beats = 10, 6, 20
+	for round := range rounds {
+		id := fmt.Sprintf("rv-race-%d", round)
+		if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: id, Hash: id + "-h", CreatedAt: T0}); err != nil {
+			t.Fatal(err)
+		}
+		var seq atomic.Int64
+		send := func() error {
+			n := seq.Add(1)
+			hb := heartbeat(id, 2048)
+			hb.Seq = n
+			_, err := s.RecordHeartbeat(ctx, hb, at(time.Duration(n)*time.Millisecond))
+			return err
+		}
+		if err := send(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range senders {
+			wg.Go(func() {
+				for range beats {
+					if err := send(); err != nil && !errors.Is(err, berth.ErrRevoked) {
+						t.Errorf("heartbeat of %s: %v", id, err)
+						return
+					}
+				}
+			})
+		}
+		if _, err := s.RevokeAgent(ctx, id, at(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		after := seen(id)
+		wg.Wait()
+		if got := seen(id); !got.Equal(after) {
+			t.Fatalf("round %d: %s was last seen at %v when its revoke returned, and at %v once its heartbeats ended: one was applied after the revoke",
+				round, id, after, got)
+		}
+	}
+}

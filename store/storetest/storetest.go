@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"APIKeys", one(testAPIKeys)},
 		{"AgentCredentials", one(testAgentCredentials)},
 		{"AgentJoinsRace", one(testAgentJoinsRace)},
+		{"HeartbeatAfterRevoke", one(testHeartbeatAfterRevoke)},
 		{"CreateSandboxRoundTrip", one(testCreateSandboxRoundTrip)},
 		{"TimesAreUTCMilliseconds", one(testTimesAreUTCMilliseconds)},
 		{"SandboxNotFound", one(testSandboxNotFound)},

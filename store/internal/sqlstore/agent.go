@@ -100,50 +100,53 @@ func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
 // nobody. Undraining restores the status the agent last reported. An unknown id is an error
 // wrapping berth.ErrNotFound.
 func (s *Store) SetAgentDrain(ctx context.Context, id string, draining bool, reason, actor string, now time.Time) error {
-	return s.inTx(ctx, func(tx *Tx) error {
-		var status, reported, drain string
-		err := tx.queryRow(ctx, `SELECT status, reported_status, drain_reason FROM agents WHERE id = ?`+s.d.ForUpdate, id).
-			Scan(&status, &reported, &drain)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
+	return s.inTx(ctx, func(tx *Tx) error { return s.setDrainTx(ctx, tx, id, draining, reason, actor, now) })
+}
+
+// setDrainTx is SetAgentDrain inside tx.
+func (s *Store) setDrainTx(ctx context.Context, tx *Tx, id string, draining bool, reason, actor string, now time.Time) error {
+	var status, reported, drain string
+	err := tx.queryRow(ctx, `SELECT status, reported_status, drain_reason FROM agents WHERE id = ?`+s.d.ForUpdate, id).
+		Scan(&status, &reported, &drain)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("agent %q: %w", id, berth.ErrNotFound)
+	}
+	if err != nil {
+		return s.errorf("drain agent %q: %w", id, err)
+	}
+	if draining == (drain != "") {
+		return nil
+	}
+	newStatus, newDrain := reported, ""
+	if newStatus == "" {
+		newStatus = string(berth.AgentActive)
+	}
+	evReason := reason
+	if draining {
+		newStatus, newDrain = string(berth.AgentDraining), reason
+		if newDrain == "" {
+			newDrain, evReason = DefaultDrainReason, DefaultDrainReason
 		}
-		if err != nil {
-			return s.errorf("drain agent %q: %w", id, err)
+	} else {
+		if evReason == "" {
+			evReason = "undrained"
 		}
-		if draining == (drain != "") {
-			return nil
+		if newStatus == string(berth.AgentDraining) {
+			// The agent closed its own intake (a preemption notice, a shutdown) or has not
+			// yet heard of the undrain: its next heartbeat moves the status.
+			evReason += "; the agent still reports draining"
 		}
-		newStatus, newDrain := reported, ""
-		if newStatus == "" {
-			newStatus = string(berth.AgentActive)
-		}
-		evReason := reason
-		if draining {
-			newStatus, newDrain = string(berth.AgentDraining), reason
-			if newDrain == "" {
-				newDrain, evReason = DefaultDrainReason, DefaultDrainReason
-			}
-		} else {
-			if evReason == "" {
-				evReason = "undrained"
-			}
-			if newStatus == string(berth.AgentDraining) {
-				// The agent closed its own intake (a preemption notice, a shutdown) or has not
-				// yet heard of the undrain: its next heartbeat moves the status.
-				evReason += "; the agent still reports draining"
-			}
-		}
-		if _, err := tx.exec(ctx, `UPDATE agents SET status = ?, drain_reason = ? WHERE id = ?`,
-			newStatus, newDrain, id); err != nil {
-			return s.errorf("drain agent %q: %w", id, err)
-		}
-		if err := s.insertEvent(ctx, tx, berth.Event{
-			At: now, Entity: "agent/" + id, From: status, To: newStatus, Reason: evReason, Actor: actor,
-		}); err != nil {
-			return err
-		}
-		return s.d.NotifyAgent(ctx, tx, id)
-	})
+	}
+	if _, err := tx.exec(ctx, `UPDATE agents SET status = ?, drain_reason = ? WHERE id = ?`,
+		newStatus, newDrain, id); err != nil {
+		return s.errorf("drain agent %q: %w", id, err)
+	}
+	if err := s.insertEvent(ctx, tx, berth.Event{
+		At: now, Entity: "agent/" + id, From: status, To: newStatus, Reason: evReason, Actor: actor,
+	}); err != nil {
+		return err
+	}
+	return s.d.NotifyAgent(ctx, tx, id)
 }
 
 // scanAgent reads one row selected with agentColumns.

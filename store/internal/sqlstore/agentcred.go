@@ -10,8 +10,30 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// agentCredLock prefixes the lock name (Dialect.LockName) of an agent id's credentials.
+// agentCredLock prefixes the lock name (Dialect.LockNameSQL) of an agent id's credentials:
+// joins, revokes and heartbeats of one id take it, so a heartbeat is applied either wholly
+// before a revoke of its agent or not at all (TRUST-1).
 const agentCredLock = "agent-credentials/"
+
+// adminRevokedSQL counts the admin revokes of an agent id: any makes the id banned.
+const adminRevokedSQL = `SELECT COUNT(*) FROM agent_credentials WHERE agent_id = ? AND revoked_by = 'admin'`
+
+// checkNotRevoked takes the id's credential lock in tx and answers an error wrapping
+// berth.ErrRevoked when an admin revoked the id: read after the lock, it sees every revoke
+// committed before, and a revoke still to come waits for tx.
+func (s *Store) checkNotRevoked(ctx context.Context, tx *Tx, agentID string) error {
+	if err := s.lockName(ctx, tx, agentCredLock+agentID); err != nil {
+		return s.errorf("agent %q: %w", agentID, err)
+	}
+	var n int
+	if err := tx.queryRow(ctx, adminRevokedSQL, agentID).Scan(&n); err != nil {
+		return s.errorf("agent %q: %w", agentID, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("agent %q: %w", agentID, berth.ErrRevoked)
+	}
+	return nil
+}
 
 // JoinAgent implements berth.AgentCredentialStore (TRUST-1): the new credential, and the
 // id's other live ones revoked as "rejoin", in one transaction. An id whose latest credential
@@ -24,19 +46,11 @@ func (s *Store) JoinAgent(ctx context.Context, c berth.AgentCredential) error {
 		// Joins and revokes of one id run one at a time: under READ COMMITTED, a join racing
 		// a revoke could otherwise insert a credential the revoke's UPDATE never saw, and the
 		// banned id would keep a live credential (storetest's AgentJoinsRace).
-		if err := s.d.LockName(ctx, tx, agentCredLock+c.AgentID); err != nil {
-			return s.errorf("join agent %q: %w", c.AgentID, err)
-		}
 		// An admin revoke bans the id for good, whichever of its rows it landed on: judged by
 		// any row, never by the "latest" one (concurrent joins share a created_at, and
 		// created_at is read before commit, so no order of rows is the order of events).
-		var banned int
-		if err := tx.queryRow(ctx, `SELECT COUNT(*) FROM agent_credentials
-			WHERE agent_id = ? AND revoked_by = 'admin'`, c.AgentID).Scan(&banned); err != nil {
-			return s.errorf("join agent %q: %w", c.AgentID, err)
-		}
-		if banned > 0 {
-			return fmt.Errorf("join agent %q: %w", c.AgentID, berth.ErrRevoked)
+		if err := s.checkNotRevoked(ctx, tx, c.AgentID); err != nil {
+			return fmt.Errorf("join: %w", err)
 		}
 		if _, err := tx.exec(ctx, `UPDATE agent_credentials SET revoked_at = ?, revoked_by = 'rejoin'
 			WHERE agent_id = ? AND revoked_at IS NULL`, ms(c.CreatedAt), c.AgentID); err != nil {
@@ -89,7 +103,7 @@ func (s *Store) AgentCredentials(ctx context.Context) ([]berth.AgentCredential, 
 func (s *Store) RevokeAgent(ctx context.Context, agentID string, now time.Time) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx *Tx) error {
-		if err := s.d.LockName(ctx, tx, agentCredLock+agentID); err != nil {
+		if err := s.lockName(ctx, tx, agentCredLock+agentID); err != nil {
 			return s.errorf("revoke agent %q: %w", agentID, err)
 		}
 		var count int
@@ -109,10 +123,19 @@ func (s *Store) RevokeAgent(ctx context.Context, agentID string, now time.Time) 
 			return s.errorf("revoke agent %q: %w", agentID, err)
 		}
 		n = int(m)
-		return nil
+		// Its host takes no more placements from now on, on every replica (a drain, PLC-5),
+		// rather than until it goes stale; an agent that never heartbeated has no row yet.
+		err = s.setDrainTx(ctx, tx, agentID, true, RevokedDrainReason, "admin", now)
+		if errors.Is(err, berth.ErrNotFound) {
+			err = nil
+		}
+		return err
 	})
 	return n, err
 }
+
+// RevokedDrainReason is the drain reason an admin revoke leaves on its agent.
+const RevokedDrainReason = "credential revoked"
 
 func scanAgentCredential(r scanner) (berth.AgentCredential, error) {
 	var c berth.AgentCredential

@@ -73,6 +73,11 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now tim
 	var res berth.HeartbeatResult
 	err = s.inTx(ctx, func(tx *Tx) error {
 		res = berth.HeartbeatResult{}
+		// A heartbeat of an agent an admin revoked is not applied, not even one that was on
+		// its way while the revoke ran (TRUST-1: it is treated as silent).
+		if err := s.checkNotRevoked(ctx, tx, hb.AgentID); err != nil {
+			return err
+		}
 		// Create a placeholder row if the agent is new: the insert (or, for a known agent,
 		// the FOR UPDATE below) locks the row, so "first sight" is decided exactly once.
 		var inserted bool

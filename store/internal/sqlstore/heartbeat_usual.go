@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -73,14 +74,35 @@ func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, reported be
 		// sandbox is not promoted) and an end releases its sandbox's reservation itself (so
 		// netting finds it gone). testUsualDeltaKeepsOrder pins it.
 		b := &batch{}
+		// First the agent id's credential lock and its admin revokes (checkNotRevoked).
+		if s.d.LockNameSQL != "" {
+			b.queue(s.d.LockNameSQL, agentCredLock+hb.AgentID)
+		}
+		b.queue(adminRevokedSQL, hb.AgentID)
+		checks := len(b.queries)
 		b.queue(updateAgentSQL+usualWhere, append(updateAgentArgs(hb, reported, ended, now),
 			hb.AgentID, hb.BootID, hb.Seq, hb.BootID, hb.BaseSeq, string(berth.AgentDraining), string(reported))...)
 		s.queueHeld(b, hb.AgentID, hb.Removed, hb.Sandboxes)
-		writes := len(b.queries) - 1
+		writes := len(b.queries) - checks - 1 // the agent_held statements after the UPDATE
 		b.queue(promotableSQL+s.d.ForUpdate, append([]any{hb.AgentID}, promotedStates...)...)
 		b.queue(nettableSQL, nettableArgs(hb)...)
 		out := tx.send(ctx, b)
-		a, err := s.scanAgent(out.QueryRow())
+		var err error
+		if s.d.LockNameSQL != "" {
+			_, err = out.Exec()
+		}
+		var revoked int
+		if err == nil {
+			err = out.QueryRow().Scan(&revoked)
+		}
+		if err == nil && revoked > 0 {
+			_ = out.Close()
+			return fmt.Errorf("agent %q: %w", hb.AgentID, berth.ErrRevoked)
+		}
+		var a berth.Agent
+		if err == nil {
+			a, err = s.scanAgent(out.QueryRow())
+		}
 		if err == nil {
 			for range writes {
 				if _, err = out.Exec(); err != nil {

@@ -58,10 +58,11 @@ type Dialect struct {
 	// NotifyAgent announces that agent id changed (PLC-5) from inside tx: it is delivered
 	// after tx commits and never if it rolls back.
 	NotifyAgent func(ctx context.Context, tx *Tx, id string) error
-	// LockName takes a lock on name held until tx ends, so transactions about one name run
-	// one at a time even where they touch no common row (PostgreSQL: a transaction-scoped
-	// advisory lock). Nil where write transactions are serialized anyway (SQLite).
-	LockName func(ctx context.Context, tx *Tx, name string) error
+	// LockNameSQL takes a lock on its one argument, a name, held until the transaction ends,
+	// so transactions about one name run one at a time even where they touch no common row
+	// (PostgreSQL: a transaction-scoped advisory lock). Empty where write transactions are
+	// serialized anyway (SQLite).
+	LockNameSQL string
 	// PingTimeout bounds Ping, so a server that does not answer fails it fast; 0: none.
 	PingTimeout time.Duration
 	// Retryable reports whether a transaction that failed with err may be run again
@@ -131,10 +132,16 @@ func New(db DB, d Dialect) *Store {
 	if d.NotifyAgent == nil {
 		d.NotifyAgent = func(context.Context, *Tx, string) error { return nil }
 	}
-	if d.LockName == nil {
-		d.LockName = func(context.Context, *Tx, string) error { return nil }
-	}
+
 	return &Store{db: db, d: d}
+}
+
+// lockName runs Dialect.LockNameSQL for name in tx (nothing where it is empty).
+func (s *Store) lockName(ctx context.Context, tx *Tx, name string) error {
+	if s.d.LockNameSQL == "" {
+		return nil
+	}
+	return tx.Exec(ctx, s.d.LockNameSQL, name)
 }
 
 // LogEvents implements berth.EventLogger: fn sees every event after its commit.
