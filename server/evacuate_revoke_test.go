@@ -33,7 +33,7 @@ func (l *lookupSignal) AgentCredentialByHash(ctx context.Context, hash string) (
 // body was still arriving when its agent was revoked was carried out afterwards — a revoked
 // credential recorded a tenant's running sandbox lost. The server checked the credential only
 // when the headers came. Now each step is checked again: the plan is refused with 401 and the
-// sandbox keeps running.
+// sandbox keeps running. The revoke also drains the host, for good.
 func TestTRUST1_RevokeStopsAPlanStillUploading(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, ":memory:")
@@ -99,5 +99,12 @@ func TestTRUST1_RevokeStopsAPlanStillUploading(t *testing.T) {
 	must(t, err)
 	if cur.State != berth.SandboxRunning {
 		t.Errorf("sandbox %s is %s (%s) after a revoked credential's plan; want running", sb.ID, cur.State, cur.Reason)
+	}
+	// The revoke drained the host, and an undrain cannot reopen it.
+	if code, body := call(http.MethodPost, "/v1/agents/a1/undrain", admin, nil); code != http.StatusConflict {
+		t.Errorf("undrain of a revoked agent: %d %s, want 409", code, body)
+	}
+	if a, err := st.Agent(ctx, "a1"); err != nil || a.Status != berth.AgentDraining || a.DrainReason != "credential revoked" {
+		t.Errorf("revoked agent: %s (drain %q), %v; want draining, \"credential revoked\"", a.Status, a.DrainReason, err)
 	}
 }

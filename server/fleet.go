@@ -105,6 +105,9 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.ENotFound, "no agent %q", id)
 	}
+	if errors.Is(err, berth.ErrRevoked) {
+		return berth.Errorf(berth.EConflict, "agent %q was revoked by an admin: it stays drained", id)
+	}
 	if err != nil {
 		return berth.Fault(err, "record drain")
 	}

@@ -173,9 +173,16 @@ func testHeartbeatAfterRevoke(t *testing.T, s berth.Store) {
 	if got := seen("rv"); !got.Equal(at(2 * time.Second)) {
 		t.Errorf("last seen %v after refused heartbeats, want %v", got, at(2*time.Second))
 	}
-	// The revoke drained its host: no replica places on it from now on.
+	// The revoke drained its host: no replica places on it from now on, and an undrain
+	// cannot reopen it.
 	if a, err := s.Agent(ctx, "rv"); err != nil || a.Status != berth.AgentDraining || a.DrainReason != "credential revoked" {
 		t.Errorf("agent after its revoke: %s (drain %q), %v; want draining, \"credential revoked\"", a.Status, a.DrainReason, err)
+	}
+	if err := s.SetAgentDrain(ctx, "rv", false, "", "admin/ops", at(6*time.Second)); !errors.Is(err, berth.ErrRevoked) {
+		t.Errorf("undrain of a revoked agent: %v, want ErrRevoked", err)
+	}
+	if a, err := s.Agent(ctx, "rv"); err != nil || a.Status != berth.AgentDraining {
+		t.Errorf("revoked agent after an undrain: %s, %v; want draining", a.Status, err)
 	}
 
 	// Racing: heartbeats on several connections while the revoke runs.

@@ -117,6 +117,17 @@ func (s *Store) setDrainTx(ctx context.Context, tx *Tx, id string, draining bool
 	if draining == (drain != "") {
 		return nil
 	}
+	if !draining {
+		// A revoked agent's drain stays: undrained, its host would take placements again
+		// until it went stale (TRUST-1).
+		var revoked int
+		if err := tx.queryRow(ctx, adminRevokedSQL, id).Scan(&revoked); err != nil {
+			return s.errorf("undrain agent %q: %w", id, err)
+		}
+		if revoked > 0 {
+			return fmt.Errorf("undrain agent %q: %w", id, berth.ErrRevoked)
+		}
+	}
 	newStatus, newDrain := reported, ""
 	if newStatus == "" {
 		newStatus = string(berth.AgentActive)
