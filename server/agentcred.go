@@ -103,9 +103,9 @@ func (s *Server) listAgentCredentials(w http.ResponseWriter, r *http.Request, _ 
 // revokeAgent is POST /v1/agents/{id}/revoke (admin, TRUST-1): the agent's live credentials
 // are revoked, its calls get 401 from then on and its heartbeats stop counting — also one on
 // its way while the revoke ran (it goes silent and leases take over) — its host is drained
-// ("credential revoked": no replica places on it any more), and it cannot join again under
-// this id. Answers 200
-// {"agent_id", "revoked": n}; 404 not_found for an id that never joined.
+// ("credential revoked": no replica places on it any more, and an undrain is 409), and it
+// cannot join again under this id. Answers 200 {"agent_id", "revoked": n}; 404 not_found for
+// an id that never joined.
 func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
 	n, err := s.store.RevokeAgent(r.Context(), id, s.cfg.Clock())

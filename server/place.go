@@ -448,9 +448,9 @@ func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *un
 // PostgreSQL backends found such rows: running, with nothing behind them until their TTL).
 // If the undo itself fails, the agent keeps its copy (its heartbeat promotes the record, or
 // its TTL ends it). Otherwise the agent is told to stop the sandbox before its room is given
-// back. It runs on
-// a context of its own: a client that went away must not leave a reservation or a starting
-// row behind (C20). Failures are logged: the sweeper and the reservation's TTL settle them.
+// back. It runs on a context of its own: a client that went away must not leave a
+// reservation or a starting row behind (C20). Failures are logged: the sweeper and the
+// reservation's TTL settle them.
 func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold, u *unbound) (berth.Sandbox, bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
