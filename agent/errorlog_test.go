@@ -1,35 +1,16 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/logtest"
 )
-
-// lockedBuffer is a log sink the handler's goroutine writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAgent5xxIsLoggedWithItsRequestID (issue 15: every 5xx is logged): a runtime that
 // cannot start a guest makes the agent answer 503 unavailable (the server places elsewhere),
@@ -40,7 +21,7 @@ func TestAgent5xxIsLoggedWithItsRequestID(t *testing.T) {
 	rt := &fakeRuntime{start: func(id string) error { return errors.New("runsc create: bundle is gone") }}
 	a := newTestAgent(t, berth.AdmissionCommitted, 8192, rt)
 	a.cfg.NodeToken = testToken
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	a.log = slog.New(slog.NewTextHandler(&logs, nil))
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/internal/logtest"
 )
 
 // pidsLimit is the --pids-limit every berth dev of the suite runs with (attempt 08): small,
@@ -57,28 +59,10 @@ type dev struct {
 	exited   chan struct{}
 	ptmx     *os.File // the operator's terminal, our end
 	pts      *os.File // its other end, berth dev's controlling terminal
-	tty      lockedBuffer
+	tty      logtest.Buffer
 	logPath  string
 	made     idList
 	stopOnce sync.Once
-}
-
-// lockedBuffer is a bytes.Buffer safe for one writer and many readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func randHex(n int) string {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/logtest"
 )
 
 // faultyAppWrites is the real store whose next fail app writes fail as a store fault would
@@ -44,23 +44,10 @@ func (f *faultyAppWrites) UpdateApp(ctx context.Context, a berth.App, reason, ac
 	return f.Store.UpdateApp(ctx, a, reason, actor, now)
 }
 
-// syncBuffer is a log sink safe for the reconciler's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // faultyReplica is a second server on h's store whose next fail app writes fail.
-func faultyReplica(h *harness, fail int) (*Server, *faultyAppWrites, *syncBuffer) {
+func faultyReplica(h *harness, fail int) (*Server, *faultyAppWrites, *logtest.Buffer) {
 	st := &faultyAppWrites{Store: h.st, fail: fail}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	cfg := h.s.cfg
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	cfg.Registry = prometheus.NewRegistry()

@@ -20,14 +20,15 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
+	"github.com/berth-dev/berth/internal/logtest"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // errorsHarness is a server on a real SQLite store, behind real HTTP on 127.0.0.1:0, whose
 // logs (JSON lines) the test reads.
-func errorsHarness(t *testing.T, wrap func(berth.Store) berth.Store) (*harness, *syncBuffer) {
+func errorsHarness(t *testing.T, wrap func(berth.Store) berth.Store) (*harness, *logtest.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	h := newHarnessWith(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})
@@ -63,7 +64,7 @@ func (h *harness) ask(t *testing.T, method, path string) answer {
 }
 
 // linesWith returns the log lines (decoded) that name request id.
-func linesWith(t *testing.T, logs *syncBuffer, id string) []map[string]any {
+func linesWith(t *testing.T, logs *logtest.Buffer, id string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {

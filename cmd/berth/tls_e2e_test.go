@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,40 +13,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/logtest"
 	"github.com/berth-dev/berth/internal/tlsconf"
 	"github.com/berth-dev/berth/internal/tlstest"
 	"github.com/berth-dev/berth/server"
 )
 
-// lockedBuf is a log sink safe for a running command's goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // mainInBackground runs `berth args…` in this process until the test ends, its log (stderr)
 // into logs; the returned channel receives Main's error if it returns early. The cleanup
 // cancels it and waits for it (a server shuts down, an agent stops its sandboxes).
-func mainInBackground(t *testing.T, logs *lockedBuf, args ...string) <-chan error {
+func mainInBackground(t *testing.T, logs *logtest.Buffer, args ...string) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done, exited := make(chan error, 1), make(chan struct{})
@@ -94,7 +75,7 @@ func TestTLS_ServerAndAgentOverTLS(t *testing.T) {
 	hostPort := "127.0.0.1:" + freePort(t)
 	base, data := "https://"+hostPort, filepath.Join(dir, "data")
 
-	var serverLog, agentLog lockedBuf
+	var serverLog, agentLog logtest.Buffer
 	serverDone := mainInBackground(t, &serverLog, "server", "--listen", hostPort, "--data", data,
 		"--tls-cert", sCert, "--tls-key", sKey, "--agent-ca", ca.File)
 	agentArgs := []string{"agent", "--ca", ca.File, "--server", base, "--id", "tls-agent", "--listen", "127.0.0.1:0",

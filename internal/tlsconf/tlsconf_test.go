@@ -1,7 +1,6 @@
 package tlsconf
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -13,31 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/logtest"
 	"github.com/berth-dev/berth/internal/tlstest"
 )
-
-// syncBuf is a log sink safe for the server's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // serveTLS serves h over TLS with cert on 127.0.0.1:0 and returns the address.
 func serveTLS(t *testing.T, cert *Certificate, h http.Handler) string {
@@ -73,7 +54,7 @@ func TestCertificateReloadsOnChange(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
 	first := ca.Issue(t, certFile, keyFile, "server", "127.0.0.1")
-	var logs syncBuf
+	var logs logtest.Buffer
 	cert, err := LoadCertificate(certFile, keyFile, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +229,7 @@ func TestWarnPlaintext(t *testing.T) {
 		{"0.0.0.0:7070", false, true}, {"[::]:7070", false, true}, {"10.1.2.3:7070", false, true},
 		{"0.0.0.0:7070", true, false}, {"127.0.0.1:7070", false, false}, {"[::1]:7070", false, false},
 	} {
-		var logs syncBuf
+		var logs logtest.Buffer
 		var cfg *tls.Config
 		if tc.tls {
 			cfg = &tls.Config{}
@@ -267,7 +248,7 @@ func TestWarnPlaintext(t *testing.T) {
 // TestHandshakeErrorsAreDebug: net/http's line per failed handshake goes to Debug (a
 // scanner or a flood cannot fill the log), its other lines to Info.
 func TestHandshakeErrorsAreDebug(t *testing.T) {
-	var logs syncBuf
+	var logs logtest.Buffer
 	w := serverLog{slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	_, _ = w.Write([]byte("http: TLS handshake error from 127.0.0.1:5: remote error: tls: bad certificate\n"))
 	_, _ = w.Write([]byte("http: Accept error: too many open files; retrying in 5ms\n"))

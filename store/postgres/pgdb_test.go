@@ -63,6 +63,16 @@ func lazyDB(t *testing.T) (pgDB, *beginTracer) {
 	return pgDB{pool}, tr
 }
 
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exec drops an Exec's result, for must.
+func exec[R any](_ R, err error) error { return err }
+
 func countT(t *testing.T, db pgDB) int {
 	t.Helper()
 	var n int
@@ -89,24 +99,14 @@ func TestLazyBegin(t *testing.T) {
 	}
 
 	t.Run("nothing sent", func(t *testing.T) {
-		if err := begin().Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := begin().Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, begin().Commit(ctx))
+		must(t, begin().Rollback(ctx))
 	})
 	t.Run("exec first, then more, commit", func(t *testing.T) {
 		tx := begin()
-		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (2)`); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, exec(tx.Exec(ctx, `INSERT INTO t VALUES (1)`)))
+		must(t, exec(tx.Exec(ctx, `INSERT INTO t VALUES (2)`)))
+		must(t, tx.Commit(ctx))
 		if n := countT(t, db); n != 2 {
 			t.Fatalf("rows after commit: %d, want 2", n)
 		}
@@ -129,9 +129,7 @@ func TestLazyBegin(t *testing.T) {
 		if err := rows.Err(); err != nil || len(got) != 2 {
 			t.Fatalf("rows %v, err %v", got, err)
 		}
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.Rollback(ctx))
 		if n := countT(t, db); n != 2 {
 			t.Fatalf("rows after rollback: %d, want 2", n)
 		}
@@ -149,34 +147,24 @@ func TestLazyBegin(t *testing.T) {
 		if err := tx.QueryRow(ctx, `SELECT x FROM t WHERE x = 99`).Scan(&x); !errors.Is(err, sql.ErrNoRows) {
 			t.Fatalf("no row: %v, want sql.ErrNoRows", err)
 		}
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.Rollback(ctx))
 		tx = begin()
 		if err := tx.QueryRow(ctx, `SELECT x FROM t WHERE x = 99`).Scan(&x); !errors.Is(err, sql.ErrNoRows) {
 			t.Fatalf("no row as the first statement: %v, want sql.ErrNoRows", err)
 		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.Commit(ctx))
 	})
 	t.Run("batch first", func(t *testing.T) {
 		tx := begin()
 		res := tx.(sqlstore.Batcher).SendBatch(ctx, []string{`INSERT INTO t VALUES (6)`, `SELECT count(*) FROM t`},
 			[][]any{nil, nil})
-		if _, err := res.Exec(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, exec(res.Exec()))
 		var n int
 		if err := res.QueryRow().Scan(&n); err != nil || n != 3 {
 			t.Fatalf("count in batch: %d, err %v", n, err)
 		}
-		if err := res.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, res.Close())
+		must(t, tx.Commit(ctx))
 		if n := countT(t, db); n != 3 {
 			t.Fatalf("rows after batch commit: %d, want 3", n)
 		}
@@ -192,16 +180,12 @@ func TestLazyBegin(t *testing.T) {
 		tx = begin()
 		res := tx.(sqlstore.Batcher).SendBatch(ctx, []string{`INSERT INTO t VALUES (7)`, `INSERT INTO t VALUES (1)`},
 			[][]any{nil, nil})
-		if _, err := res.Exec(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, exec(res.Exec()))
 		if _, err := res.Exec(); err == nil {
 			t.Fatal("duplicate key in a batch accepted")
 		}
 		_ = res.Close()
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.Rollback(ctx))
 		if n := countT(t, db); n != 3 {
 			t.Fatalf("rows after failed transactions: %d, want 3", n)
 		}
@@ -209,9 +193,7 @@ func TestLazyBegin(t *testing.T) {
 	t.Run("connection killed under the transaction", func(t *testing.T) {
 		before := countT(t, db)
 		tx := begin()
-		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (100)`); err != nil {
-			t.Fatal(err)
-		}
+		must(t, exec(tx.Exec(ctx, `INSERT INTO t VALUES (100)`)))
 		var pid int
 		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 			t.Fatal(err)
