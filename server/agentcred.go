@@ -107,7 +107,10 @@ func (s *Server) listAgentCredentials(w http.ResponseWriter, r *http.Request, _ 
 // cannot join again under this id. Answers 200 {"agent_id", "revoked": n}; 404 not_found for
 // an id that never joined.
 func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, p principal) error {
-	id := r.PathValue("id")
+	id, err := agentIDParam(r)
+	if err != nil {
+		return err
+	}
 	n, err := s.store.RevokeAgent(r.Context(), id, s.cfg.Clock())
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.ENotFound, "agent %q never joined", id)

@@ -100,8 +100,11 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 	if draining && b.Reason == "" {
 		b.Reason = "operator"
 	}
-	id := r.PathValue("id")
-	err := s.store.SetAgentDrain(r.Context(), id, draining, b.Reason, "tenant/"+p.Tenant, s.cfg.Clock())
+	id, err := agentIDParam(r)
+	if err != nil {
+		return err
+	}
+	err = s.store.SetAgentDrain(r.Context(), id, draining, b.Reason, "tenant/"+p.Tenant, s.cfg.Clock())
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.ENotFound, "no agent %q", id)
 	}
@@ -313,7 +316,30 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 			return berth.Errorf(berth.EInvalidRequest, "ended sandbox %s has non-terminal state %q", e.ID, e.State)
 		}
 	}
+	// Text the store keeps must be text: PostgreSQL refuses a NUL byte in any string, which
+	// would turn this heartbeat into a 500 (JSON decoding already replaced invalid UTF-8).
+	text := []string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime}
+	text = append(text, hb.Removed...)
+	for _, h := range hb.Sandboxes {
+		text = append(text, h.ID)
+	}
+	for _, e := range hb.Ended {
+		text = append(text, e.ID, e.Reason)
+	}
+	for _, t := range text {
+		if strings.ContainsRune(t, 0) {
+			return berth.Errorf(berth.EInvalidRequest, "heartbeat text fields must not contain a NUL character")
+		}
+	}
 	return nil
+}
+
+// agentIDParam is the {id} of an /v1/agents/{id}/… route, refused as invalid_request when it
+// is not an agent id at all (berth.CheckAgentID: a NUL byte or invalid UTF-8 would otherwise
+// reach the store and fail there as a 500).
+func agentIDParam(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	return id, berth.CheckAgentID(id)
 }
 
 // listEvents is GET /v1/events?entity=&since=&limit= (LIF-3). Tenants may read the events of
@@ -516,7 +542,10 @@ func NewKeySecret() string {
 // only when every sandbox there is terminal (C11) — and, past the drain's deadline
 // (Config.DrainDeadline after it began), which sandboxes block it (C12).
 func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal) error {
-	id := r.PathValue("id")
+	id, err := agentIDParam(r)
+	if err != nil {
+		return err
+	}
 	a, err := s.store.Agent(r.Context(), id)
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.ENotFound, "no agent %q", id)

@@ -421,7 +421,7 @@ func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *un
 		}
 		cur, rerr := s.store.Sandbox(rec, p.sb.ID)
 		if rerr == nil && cur.State != p.at.inFlight {
-			return cur, nil
+			return movedOn(cur)
 		}
 	}
 	if err != nil {
@@ -430,12 +430,26 @@ func (s *scheduler) running(ctx context.Context, p *placing) (berth.Sandbox, *un
 	}
 	if !ok {
 		if cur, err := s.store.Sandbox(rec, p.sb.ID); err == nil {
-			return cur, nil
+			return movedOn(cur)
 		}
 	}
 	sb := p.sb
 	sb.State, sb.Reason = berth.SandboxRunning, started
 	return sb, nil
+}
+
+// movedOn is running's answer when the attempt's record left its in-flight state before the
+// placement marked it running: the store's sandbox (promoted to running by its agent's
+// heartbeat, or deleted by its tenant meanwhile) — except a sandbox its agent reported
+// failed as it started, which is this host's failure: the placement goes on to the next
+// host (PLC-7) rather than answer 201 for a sandbox that is not running. Its record already
+// ended, so nothing is undone and the agent holds nothing to stop.
+func movedOn(cur berth.Sandbox) (berth.Sandbox, *unbound) {
+	if cur.State != berth.SandboxFailed {
+		return cur, nil
+	}
+	return cur, &unbound{agentErr: berth.Errorf(berth.EUnavailable, "sandbox %s failed on agent/%s as it started: %s",
+		cur.ID, cur.AgentID, cur.Reason)}
 }
 
 // unbind undoes a reserved attempt that did not become a running sandbox: the hold is

@@ -573,6 +573,36 @@ func TestPlaceUnknownAttemptKeepsAPromotedSandbox(t *testing.T) {
 	}
 }
 
+// TestPlaceStartedThenReportedFailed (an attack found it): the agent accepted the create, and
+// before the placement marked it running the agent's heartbeat reported it failed as it
+// started. The create was answered 201 with state failed; now that host is skipped and the
+// next one tried, and the answer is a running sandbox.
+func TestPlaceStartedThenReportedFailed(t *testing.T) {
+	ctx := context.Background()
+	r := newPlaceRig(t, nil)
+	r.host(t, "a", newScriptedAgent(t, answering("")).srv.URL, 8192, false) // Pick's first choice: most room
+	r.host(t, "b", newScriptedAgent(t, answering("")).srv.URL, 4096, false)
+	var crashed string
+	r.fs.beforeTransition = func(ctx context.Context, id string, to berth.SandboxState) error {
+		if to == berth.SandboxRunning && crashed == "" {
+			crashed = id // the heartbeat's ended list got there first
+			_, err := r.st.TransitionSandbox(ctx, id, []berth.SandboxState{berth.SandboxStarting},
+				berth.SandboxFailed, "crashed at start", "agent/a", r.clock())
+			return err
+		}
+		return nil
+	}
+	got, err := r.s.place(ctx, newSandbox(""), berth.CreateRequest{}, "test")
+	if err != nil || got.State != berth.SandboxRunning || got.AgentID != "b" {
+		t.Fatalf("placement: %+v, %v; want running on b", got, err)
+	}
+	first, err := r.st.Sandbox(ctx, crashed)
+	must(t, err)
+	if first.State != berth.SandboxFailed || first.AgentID != "a" {
+		t.Errorf("the first attempt: %s on %s, want failed on a", first.State, first.AgentID)
+	}
+}
+
 func TestPlaceUnbindAndNext(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {

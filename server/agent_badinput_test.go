@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// TestAgentRoutesRefuseBadText (an attack found it, on PostgreSQL): an agent id in the path
+// with a NUL byte or invalid UTF-8, and heartbeat text fields with a NUL character, reached
+// the store and came back 500 internal; they are bad input, 400 invalid_request.
+func TestAgentRoutesRefuseBadText(t *testing.T) {
+	rs := newReplicaSet(t, 1, nil)
+	secret := NewKeySecret()
+	must(t, rs.stores[0].JoinAgent(context.Background(), berth.AgentCredential{AgentID: "ok1", Hash: HashKey(secret), CreatedAt: time.Now()}))
+	send := func(method, path, bearer, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, rs.https[0].URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, id := range []string{"%00", "a%00b", "%ff", "%c3%28"} {
+		for _, route := range []struct{ method, path string }{
+			{http.MethodPost, "/v1/agents/" + id + "/revoke"},
+			{http.MethodPost, "/v1/agents/" + id + "/drain"},
+			{http.MethodPost, "/v1/agents/" + id + "/undrain"},
+			{http.MethodGet, "/v1/agents/" + id + "/drain"},
+		} {
+			if code, body := send(route.method, route.path, rs.key, ""); code != http.StatusBadRequest || !strings.Contains(body, berth.EInvalidRequest) {
+				t.Errorf("%s %s: %d %s, want 400 invalid_request", route.method, route.path, code, body)
+			}
+		}
+	}
+	const hb = `{"agent_id":"ok1","address":"http://127.0.0.1:1","status":"active","memory_admission":"committed","memory_mb_total":1024,"memory_mb_admittable":1024,"seq":1,"boot_id":"b1"`
+	for _, body := range []string{
+		hb + `,"ended":[{"id":"\u0000","state":"failed"}]}`,
+		hb + `,"sandboxes":[{"id":"a\u0000"}]}`,
+		hb + `,"region":"\u0000"}`,
+		`{"agent_id":"ok1","address":"http://127.0.0.1:1","memory_admission":"committed","seq":3,"base_seq":2,"delta":true,"boot_id":"\u0000","removed":["\u0000"]}`,
+	} {
+		if code, got := send(http.MethodPost, "/v1/agents/heartbeat", secret, body); code != http.StatusBadRequest || !strings.Contains(got, berth.EInvalidRequest) {
+			t.Errorf("heartbeat %s: %d %s, want 400 invalid_request", body, code, got)
+		}
+	}
+	if code, got := send(http.MethodPost, "/v1/agents/heartbeat", secret, hb+`}`); code != http.StatusOK {
+		t.Errorf("a good heartbeat: %d %s, want 200", code, got)
+	}
+}
