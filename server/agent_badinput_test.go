@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,15 +19,7 @@ func TestAgentRoutesRefuseBadText(t *testing.T) {
 	must(t, rs.stores[0].JoinAgent(context.Background(), berth.AgentCredential{AgentID: "ok1", Hash: HashKey(secret), CreatedAt: time.Now()}))
 	send := func(method, path, bearer, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, rs.https[0].URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+bearer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return call(t, rs.https[0].URL, method, path, bearer, strings.NewReader(body))
 	}
 	for _, id := range []string{"%00", "a%00b", "%ff", "%c3%28"} {
 		for _, route := range []struct{ method, path string }{

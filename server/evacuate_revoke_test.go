@@ -38,18 +38,6 @@ func TestTRUST1_RevokeStopsAPlanStillUploading(t *testing.T) {
 	h.heartbeat(t, "a1", newFakeAgent(t, "").srv.URL, 4096)
 	ls := &lookupSignal{Store: h.st, looked: make(chan struct{}, 1)}
 	h.s.store = ls // the handlers' store; the scheduler keeps the real one
-	call := func(method, path, bearer string, body io.Reader) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, h.srv.URL+path, body)
-		req.Header.Set("Authorization", "Bearer "+bearer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	code, sb, _ := h.create(t)
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d", code)
@@ -63,13 +51,21 @@ func TestTRUST1_RevokeStopsAPlanStillUploading(t *testing.T) {
 		body string
 	}
 	done := make(chan answer, 1)
-	go func() {
-		code, body := call(http.MethodPost, "/v1/agents/a1/evacuate", secret, pr)
-		done <- answer{code, body}
+	go func() { // not call: a goroutine must not end the test
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/agents/a1/evacuate", pr)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{0, err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, string(b)}
 	}()
 	_, _ = pw.Write(plan[:5])
 	<-ls.looked // the server checked the credential: the plan is in, its body still coming
-	if code, body := call(http.MethodPost, "/v1/agents/a1/revoke", h.key, nil); code != http.StatusOK {
+	if code, body := call(t, h.srv.URL, http.MethodPost, "/v1/agents/a1/revoke", h.key, nil); code != http.StatusOK {
 		t.Fatalf("revoke: %d %s", code, body)
 	}
 	_, _ = pw.Write(plan[5:])
@@ -84,7 +80,7 @@ func TestTRUST1_RevokeStopsAPlanStillUploading(t *testing.T) {
 		t.Errorf("sandbox %s is %s (%s) after a revoked credential's plan; want running", sb.ID, cur.State, cur.Reason)
 	}
 	// The revoke drained the host, and an undrain cannot reopen it.
-	if code, body := call(http.MethodPost, "/v1/agents/a1/undrain", h.key, nil); code != http.StatusConflict {
+	if code, body := call(t, h.srv.URL, http.MethodPost, "/v1/agents/a1/undrain", h.key, nil); code != http.StatusConflict {
 		t.Errorf("undrain of a revoked agent: %d %s, want 409", code, body)
 	}
 	if a, err := h.st.Agent(ctx, "a1"); err != nil || a.Status != berth.AgentDraining || a.DrainReason != "credential revoked" {

@@ -129,6 +129,21 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// call sends one request to the server at base with bearer as its Authorization and
+// returns the status and body.
+func call(t *testing.T, base, method, path, bearer string, body io.Reader) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, body)
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // heartbeat writes an agent's heartbeat straight into the store, behind the server's back.
 func (h *harness) heartbeat(t *testing.T, id, addr string, admittable int64) {
 	t.Helper()
