@@ -10,6 +10,7 @@ package main
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +59,10 @@ type fleetReport struct {
 	Create     benchResult
 	RoundTrips int64 // every replica's requests to the store during the creates
 	PGBenchTPS float64
-	PGBenchErr error
+	// ReplayPerSec is pgbench replaying one create's SQL (createReplay): creates/s of the
+	// store alone on these cores.
+	ReplayPerSec float64
+	PGBenchErr   error
 	// The simulated agents' heartbeats during the creates: acknowledged, resyncs, failures,
 	// and the agents that went longer than 30 s (StaleAfter) between two acks.
 	SimAcked, SimResyncs, SimFailed int64
@@ -75,7 +79,7 @@ func newBenchFleetCmd() *cobra.Command {
 	cfg := fleetConfig{Agents: 4, Heartbeat: time.Second, Clients: 32, Duration: 10 * time.Second, PGBench: true}
 	cmd := &cobra.Command{
 		Use:   "fleet",
-		Short: "Start replicas and no-op agents on loopback, drive creates for a bounded time; print creates/s, latency, round trips per create and pgbench's insert rate",
+		Short: "Start replicas and no-op agents on loopback, drive creates for a bounded time; print creates/s, latency, round trips per create and pgbench's rates on the same database",
 		Long: "Start R server replicas over one store (--store postgres://… on this machine: a throwaway database, it is written to;\n" +
 			"default: SQLite in a temp directory, one replica) and N agents on the no-op runtime, all on 127.0.0.1, then drive\n" +
 			"POST /v1/sandboxes with --clients clients for --duration (at most 10m) and report. The no-op runtime starts nothing,\n" +
@@ -106,7 +110,7 @@ func newBenchFleetCmd() *cobra.Command {
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to send creates (at most 10m)")
 	f.IntVar(&cfg.SimAgents, "sim-agents", 0, "simulated agents (0–20000) heartbeating beside the no-op ones, each holding 10 sandboxes and sending deltas; they take no placements")
 	f.DurationVar(&cfg.SimInterval, "sim-interval", 10*time.Second, "the simulated agents' heartbeat period")
-	f.BoolVar(&cfg.PGBench, "pgbench", cfg.PGBench, "on PostgreSQL, also run pgbench's single-row insert for --duration with --clients (when pgbench is installed)")
+	f.BoolVar(&cfg.PGBench, "pgbench", cfg.PGBench, "on PostgreSQL, also run pgbench for --duration with --clients (when it is installed): a single-row insert, then a create's SQL replayed")
 	return cmd
 }
 
@@ -261,6 +265,9 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 	}
 	if cfg.PGBench && cfg.Store != "" {
 		rep.PGBenchTPS, rep.PGBenchErr = pgbenchInsertTPS(ctx, cfg.Store, cfg.Clients, cfg.Duration, dir)
+		if rep.PGBenchErr == nil {
+			rep.ReplayPerSec, rep.PGBenchErr = pgbenchCreatesPerSecond(ctx, cfg.Store, cfg.Agents, cfg.Clients, cfg.Duration, dir)
+		}
 	}
 	return rep, nil
 }
@@ -327,21 +334,16 @@ func waitAgents(ctx context.Context, st berth.Store, n int, limit time.Duration)
 	}
 }
 
+// createReplay is one create's SQL for pgbench (see the file): the store's ceiling on this
+// machine, with a client that costs almost nothing.
+//
+//go:embed benchfleet_create.pgbench
+var createReplay string
+
 // pgbenchInsertTPS runs pgbench with a one-row INSERT script against db (into a table of its
 // own, dropped after) and returns its TPS; an error when pgbench is not installed or fails.
 func pgbenchInsertTPS(ctx context.Context, db string, clients int, dur time.Duration, dir string) (float64, error) {
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
-	bin := "pgbench"
-	if len(bins) > 0 {
-		bin = bins[len(bins)-1]
-	} else if _, err := exec.LookPath(bin); err != nil {
-		return 0, errors.New("pgbench is not installed")
-	}
-	script := filepath.Join(dir, "insert.sql")
-	if err := os.WriteFile(script, []byte("INSERT INTO berth_bench_insert (v) VALUES (1);\n"), 0o644); err != nil {
-		return 0, err
-	}
-	psql := func(sql string) error {
+	run := func(sql string) error {
 		conn, err := pgx.Connect(ctx, db)
 		if err != nil {
 			return err
@@ -350,16 +352,52 @@ func pgbenchInsertTPS(ctx context.Context, db string, clients int, dur time.Dura
 		_, err = conn.Exec(ctx, sql)
 		return err
 	}
-	if err := psql(`CREATE TABLE IF NOT EXISTS berth_bench_insert (id bigserial PRIMARY KEY, v bigint, at timestamptz DEFAULT now())`); err != nil {
+	if err := run(`CREATE TABLE IF NOT EXISTS berth_bench_insert (id bigserial PRIMARY KEY, v bigint, at timestamptz DEFAULT now())`); err != nil {
 		return 0, err
 	}
-	defer func() { _ = psql(`DROP TABLE IF EXISTS berth_bench_insert`) }()
+	defer func() { _ = run(`DROP TABLE IF EXISTS berth_bench_insert`) }()
+	return pgbenchTPS(ctx, db, "INSERT INTO berth_bench_insert (v) VALUES (1);\n", nil, clients, dur, dir)
+}
+
+// pgbenchCreatesPerSecond replays one create's SQL (createReplay) with pgbench against db,
+// whose agents bench-noop-1…agents exist, and returns the creates per second; its rows stay in
+// the throwaway database under the tenant "pgbench".
+func pgbenchCreatesPerSecond(ctx context.Context, db string, agents, clients int, dur time.Duration, dir string) (float64, error) {
+	return pgbenchTPS(ctx, db, createReplay, []string{"-M", "prepared", "-D", "agents=" + strconv.Itoa(agents)}, clients, dur, dir)
+}
+
+// pgbenchTPS runs pgbench's script with clients for dur (at least 1 s) against db and returns
+// its transactions (runs of the script) per second; an error when pgbench is not installed or
+// fails.
+func pgbenchTPS(ctx context.Context, db, script string, args []string, clients int, dur time.Duration, dir string) (float64, error) {
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	bin := "pgbench"
+	if len(bins) > 0 {
+		bin = bins[len(bins)-1]
+	} else if _, err := exec.LookPath(bin); err != nil {
+		return 0, errors.New("pgbench is not installed")
+	}
+	f, err := os.CreateTemp(dir, "pgbench-*.sql")
+	if err != nil {
+		return 0, err
+	}
+	_, err = f.WriteString(script)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, dur+time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, bin, "-n", "-f", script, "-c", strconv.Itoa(clients), "-j", "2",
-		"-T", strconv.Itoa(max(1, int(dur.Seconds()))), db).CombinedOutput()
+	args = append(args, "-n", "-f", f.Name(), "-c", strconv.Itoa(clients), "-j", "2",
+		"-T", strconv.Itoa(max(1, int(dur.Seconds()))), db)
+	out, err := exec.CommandContext(cctx, bin, args...).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("pgbench: %w: %s", err, out)
+	}
+	if m := regexp.MustCompile(`number of failed transactions: ([1-9][0-9]*)`).FindSubmatch(out); m != nil {
+		return 0, fmt.Errorf("pgbench: %s transactions failed: %s", m[1], out)
 	}
 	m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
 	if m == nil {
@@ -411,6 +449,7 @@ func (r fleetReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "pgbench\t%v\n", r.PGBenchErr)
 	case r.PGBenchTPS > 0:
 		fmt.Fprintf(tw, "pgbench single-row insert TPS\t%.0f (creates/s ÷ TPS = %.3f)\n", r.PGBenchTPS, creates/r.PGBenchTPS)
+		fmt.Fprintf(tw, "pgbench replaying a create's SQL\t%.0f creates/s, the store alone (creates/s ÷ it = %.2f)\n", r.ReplayPerSec, creates/r.ReplayPerSec)
 	}
 	_ = tw.Flush()
 }

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/store/postgres"
 )
 
 // TestBenchReplicas is `berth bench fleet` on a throwaway PostgreSQL: 2 replicas, 4 no-op
@@ -73,4 +76,61 @@ func TestBenchFleet(t *testing.T) {
 		}
 	}
 	_ = berth.EInvalidRequest
+}
+
+// TestCreateReplayWritesACreate pins the SQL `bench fleet` replays with pgbench as the store's
+// ceiling (benchfleet_create.pgbench): on a migrated database with a no-op agent, each run of
+// the script leaves what a create leaves — a running sandbox, its two events, its reservation
+// held then netted (two events, no row left) and the answer kept for its key — and pgbench
+// reports no failed run. A script out of step with the schema fails here, not in a
+// measurement.
+func TestCreateReplayWritesACreate(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	ctx := t.Context()
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	hb := berth.Heartbeat{AgentID: "bench-noop-1", Status: berth.AgentActive, BootID: "b1", MemoryMiBTotal: 1 << 30,
+		MemoryMiBAdmittable: 1 << 30, IntakeOpen: true, HeartbeatAt: now}
+	if _, err := st.ApplyHeartbeat(ctx, hb, now); err != nil {
+		t.Fatal(err)
+	}
+	rate, err := pgbenchCreatesPerSecond(ctx, url, 1, 2, time.Second, t.TempDir())
+	if err != nil || rate <= 0 {
+		t.Fatalf("pgbench replay: %v creates/s, %v", rate, err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	n := count(`SELECT COUNT(*) FROM sandboxes WHERE tenant = 'pgbench'`)
+	for what, got := range map[string]int{
+		"running sandboxes":         count(`SELECT COUNT(*) FROM sandboxes WHERE tenant = 'pgbench' AND state = 'running' AND agent_id = 'bench-noop-1'`),
+		"sandbox events / 2":        count(`SELECT COUNT(*) FROM events WHERE entity LIKE 'sandbox/pgbench-%'`) / 2,
+		"reservation events netted": count(`SELECT COUNT(*) FROM events WHERE entity LIKE 'reservation/pgbench-r-%' AND to_state = 'netted'`),
+		"reservation events held":   count(`SELECT COUNT(*) FROM events WHERE entity LIKE 'reservation/pgbench-r-%' AND to_state = 'held'`),
+		"answers kept":              count(`SELECT COUNT(*) FROM idempotent_calls WHERE scope = 'tenant/pgbench' AND status = 201`),
+	} {
+		if got != n {
+			t.Errorf("%s: %d, want one per create (%d)", what, got, n)
+		}
+	}
+	if n == 0 {
+		t.Error("the replay created nothing")
+	}
+	if left := count(`SELECT COUNT(*) FROM reservations WHERE id LIKE 'pgbench-r-%'`); left != 0 {
+		t.Errorf("%d reservations left, want 0 (each is netted)", left)
+	}
 }

@@ -42,6 +42,19 @@ func (d pgDB) Begin(ctx context.Context) (sqlstore.TxConn, error) {
 	return &pgTx{c: c}, nil
 }
 
+// SendBatch implements sqlstore.Batcher on the pool, outside any transaction of the store's:
+// pgx sends the statements in one pipeline closed by a single Sync, so PostgreSQL runs them
+// as one implicit transaction — committed at the Sync, or rolled back whole when one fails —
+// and a row lock one of them takes is held until then. The pooled connection goes back when
+// the results are closed.
+func (d pgDB) SendBatch(ctx context.Context, queries []string, args [][]any) sqlstore.BatchResults {
+	b := &pgx.Batch{}
+	for i, q := range queries {
+		b.Queue(q, args[i]...)
+	}
+	return pgBatch{d.pool.SendBatch(ctx, b)}
+}
+
 func (d pgDB) Close() error {
 	d.pool.Close()
 	return nil

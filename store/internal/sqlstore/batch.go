@@ -36,18 +36,20 @@ func (b *batch) queue(query string, args ...any) {
 	b.args = append(b.args, args)
 }
 
-// send sends b in one round trip where the database allows it, and returns its results.
-func (t *Tx) send(ctx context.Context, b *batch) BatchResults {
+// send sends b in one round trip where the database allows it, and returns its results. On
+// a transaction (Tx.send) the statements run in it; on the pool (Store.pool) only a Batcher
+// is atomic — its one pipeline is one implicit transaction — so callers check for one first.
+func (c conn) send(ctx context.Context, b *batch) BatchResults {
 	queries := make([]string, len(b.queries))
 	for i, q := range b.queries {
-		queries[i] = t.rebind(q)
+		queries[i] = c.rebind(q)
 	}
-	if bt, ok := t.q.(Batcher); ok {
-		t.trips.Add(1)
+	if bt, ok := c.q.(Batcher); ok {
+		c.trips.Add(1)
 		return bt.SendBatch(ctx, queries, b.args)
 	}
-	t.trips.Add(int64(len(queries)))
-	return &seqResults{ctx: ctx, q: t.q, queries: queries, args: b.args}
+	c.trips.Add(int64(len(queries)))
+	return &seqResults{ctx: ctx, q: c.q, queries: queries, args: b.args}
 }
 
 // seqResults runs a batch on a Querier one statement at a time, each when its result is read.
