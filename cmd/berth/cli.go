@@ -191,7 +191,8 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			return nil
 		},
 	}
-	completeWith(completeFromServer(cf, sandboxIDs), get, exec, write, read, pause, resume, kill)
+	completeWith(completeFromServer(cf, sandboxIDs), get)
+	completeWith(completeFromServer(cf, liveSandboxIDs), exec, write, read, pause, resume, kill)
 	cmd.AddCommand(create, list, get, exec, write, read, pause, resume, kill)
 	return cmd
 }
@@ -343,7 +344,7 @@ func newTemplatesCmd(cf *clientFlags) *cobra.Command {
 }
 
 func newTenantsCmd(cf *clientFlags) *cobra.Command {
-	var quotaOut printer // -o, registered below with each command
+	var createOut, keyOut, quotaOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "tenants", Short: "Tenants, their API keys and quotas (admin key)"}
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a tenant", Args: cobra.ExactArgs(1),
@@ -356,7 +357,7 @@ func newTenantsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), t)
+			return createOut.print(cmd, t, tenantTable(t))
 		},
 	}
 	var role string
@@ -371,9 +372,10 @@ func newTenantsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), k)
+			return keyOut.print(cmd, k, apiKeyTable(k))
 		},
 	}
+	createOut, keyOut = withOutput(create, outJSON), withOutput(key, outJSON)
 	key.Flags().StringVar(&role, "role", berth.RoleTenant, "tenant or admin")
 	var q berth.Quota
 	quota := &cobra.Command{

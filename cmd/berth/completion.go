@@ -52,11 +52,24 @@ func completeFromServer(cf *clientFlags, list func(context.Context, *client.Clie
 	}
 }
 
+// sandboxIDs completes any sandbox the key sees (`get` and `events` read ended ones too).
 func sandboxIDs(ctx context.Context, c *client.Client) ([]string, error) {
+	return sandboxIDsWhere(ctx, c, func(berth.SandboxState) bool { return true })
+}
+
+// liveSandboxIDs completes the sandboxes a command can still act on: not in a terminal state
+// (exec, files, pause, resume, kill).
+func liveSandboxIDs(ctx context.Context, c *client.Client) ([]string, error) {
+	return sandboxIDsWhere(ctx, c, func(st berth.SandboxState) bool { return !st.Terminal() })
+}
+
+func sandboxIDsWhere(ctx context.Context, c *client.Client, keep func(berth.SandboxState) bool) ([]string, error) {
 	sbs, err := c.Sandboxes(ctx, "")
 	ids := make([]string, 0, len(sbs))
 	for _, s := range sbs {
-		ids = append(ids, s.ID)
+		if keep(s.State) {
+			ids = append(ids, s.ID)
+		}
 	}
 	return ids, err
 }

@@ -194,6 +194,21 @@ func quotaTable(q client.QuotaUsage) table {
 	}
 }
 
+func tenantTable(t berth.Tenant) table {
+	return func(w io.Writer) {
+		row(w, "TENANT", "CREATED")
+		row(w, t.Name, t.CreatedAt)
+	}
+}
+
+// apiKeyTable shows the secret too: `tenants key` is the one time it is shown.
+func apiKeyTable(k client.APIKeySecret) table {
+	return func(w io.Writer) {
+		row(w, "ID", "TENANT", "ROLE", "KEY")
+		row(w, k.ID, k.Tenant, k.Role, k.Key)
+	}
+}
+
 func drainStatusTable(st berth.DrainStatus) table {
 	return func(w io.Writer) {
 		row(w, "AGENT", "DRAINING", "COMPLETE", "BLOCKED", "REMAINING", "DEADLINE")

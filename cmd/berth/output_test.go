@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
@@ -99,6 +100,24 @@ func TestCLI_OutputFormats(t *testing.T) {
 		}
 	}
 
+	// The tenant commands print JSON by default (scripts read the key from it) and take -o too.
+	var tenant berth.Tenant
+	if r := cli("tenants", "create", "acme", "-o", "yaml"); yaml.Unmarshal([]byte(r.stdout), &tenant) != nil || tenant.Name != "acme" {
+		t.Errorf("tenants create -o yaml: exit %d, %q; want the tenant acme", r.code, r.stdout)
+	}
+	var key client.APIKeySecret
+	if r := cli("tenants", "key", "acme"); json.Unmarshal([]byte(r.stdout), &key) != nil || key.Tenant != "acme" || key.Key == "" {
+		t.Errorf("tenants key: exit %d, %q; want JSON with the secret", r.code, r.stdout)
+	}
+	if r := cli("tenants", "key", "acme", "-o", "table"); r.code != 0 || !strings.HasPrefix(r.stdout, "ID  ") || !strings.Contains(r.stdout, "bk_") {
+		t.Errorf("tenants key -o table: exit %d, %q; want a table with the secret", r.code, r.stdout)
+	}
+	if r := cli("tenants", "create", "other", "-o", "xml"); r.code != exitInvalid {
+		t.Errorf("tenants create -o xml: exit %d, want %d", r.code, exitInvalid)
+	} else if _, err := api.Quota(ctx, "other"); err == nil {
+		t.Errorf("tenants create -o xml created the tenant; the -o check must come first")
+	}
+
 	var agents []berth.Agent
 	if r := cli("agents", "list", "-o", "json"); json.Unmarshal([]byte(r.stdout), &agents) != nil || len(agents) != 1 {
 		t.Errorf("agents list -o json: exit %d, %q; want the one agent", r.code, r.stdout)
@@ -111,14 +130,25 @@ func TestCLI_OutputFormats(t *testing.T) {
 
 // TestCLI_CompletionFromServer: `berth completion bash|zsh|fish` prints a script, and ids
 // complete from the server (through cobra's hidden __complete command, which the scripts
-// call): sandbox ids, agent ids, event entities. An unreachable server completes nothing and
-// prints nothing, without retrying.
+// call): sandbox ids (only live ones for the commands that act on a sandbox; ended ones too
+// for get), agent ids, event entities. An unreachable server completes nothing and prints
+// nothing, without retrying.
 func TestCLI_CompletionFromServer(t *testing.T) {
 	st := bootDev(t, nil)
 	api := client.New(st.URL, st.AdminKey)
 	sb, err := api.CreateSandbox(context.Background(), berth.CreateRequest{Template: "shell"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	ended, err := api.CreateSandbox(context.Background(), berth.CreateRequest{Template: "shell"})
+	if err == nil {
+		err = api.DeleteSandbox(context.Background(), ended.ID)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := api.Sandbox(context.Background(), ended.ID); err != nil || !got.State.Terminal() {
+		t.Fatalf("the killed sandbox = %+v, %v; want it ended", got, err)
 	}
 	complete := func(url string, args ...string) (ids []string, stderr string) {
 		t.Helper()
@@ -138,14 +168,16 @@ func TestCLI_CompletionFromServer(t *testing.T) {
 		want []string
 	}{
 		{[]string{"sandbox", "exec", ""}, []string{sb.ID}},
+		{[]string{"sandbox", "kill", ""}, []string{sb.ID}},
+		{[]string{"sandbox", "get", ""}, []string{sb.ID, ended.ID}},
 		{[]string{"sandbox", "kill", sb.ID[:4]}, []string{sb.ID}},
 		{[]string{"sandbox", "kill", "zz"}, nil},
 		{[]string{"agents", "drain", "dev-agent-1"}, []string{"dev-agent-1"}},
 		{[]string{"events", "sa"}, []string{"sandbox/"}},
-		{[]string{"events", "sandbox/"}, []string{"sandbox/" + sb.ID}},
+		{[]string{"events", "sandbox/"}, []string{"sandbox/" + sb.ID, "sandbox/" + ended.ID}},
 		{[]string{"sandbox", "list", "-o", ""}, []string{"table", "json", "yaml"}},
 	} {
-		if got, _ := complete(st.URL, tt.args...); !cmp.Equal(got, tt.want) {
+		if got, _ := complete(st.URL, tt.args...); !cmp.Equal(got, tt.want, cmpopts.SortSlices(strings.Compare)) {
 			t.Errorf("complete %v = %q, want %q", tt.args, got, tt.want)
 		}
 	}
