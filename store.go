@@ -34,6 +34,11 @@ type AgentStore interface {
 	RecordHeartbeat(ctx context.Context, hb Heartbeat, now time.Time) (HeartbeatResult, error)
 	// Agents returns every known agent.
 	Agents(ctx context.Context) ([]Agent, error)
+	// AgentsWithoutHeld returns every known agent without its held list (Sandboxes empty):
+	// one read of the agent table, what placement's snapshot needs. A fleet's held lists are
+	// ten times its agents or more, and a replica re-reads the snapshot every few seconds
+	// (issue 16, goal 2).
+	AgentsWithoutHeld(ctx context.Context) ([]Agent, error)
 	// Agent returns one agent or an error wrapping ErrNotFound.
 	Agent(ctx context.Context, id string) (Agent, error)
 	// SetAgentDrain marks (draining=true) or clears an operator drain, with an event.

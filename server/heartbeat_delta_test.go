@@ -70,10 +70,10 @@ type countingAgents struct {
 	release chan struct{}
 }
 
-func (c *countingAgents) Agents(ctx context.Context) ([]berth.Agent, error) {
+func (c *countingAgents) AgentsWithoutHeld(ctx context.Context) ([]berth.Agent, error) {
 	c.reads.Add(1)
 	<-c.release
-	return c.Store.Agents(ctx)
+	return c.Store.AgentsWithoutHeld(ctx)
 }
 
 // TestRefreshIfStale_SingleFlight (issue 16, goal 2): creates that find the snapshot stale at

@@ -55,7 +55,7 @@ func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *sche
 // refresh re-reads agents and pending reservations from the store into the snapshot.
 func (s *scheduler) refresh(ctx context.Context) error {
 	now := s.cfg.Clock()
-	agents, err := s.store.Agents(ctx)
+	agents, err := s.store.AgentsWithoutHeld(ctx) // placement reads no held list
 	if err != nil {
 		return fmt.Errorf("read agents: %w", err)
 	}

@@ -178,7 +178,7 @@ func testHeartbeatNetting(t *testing.T, s berth.Store) {
 		reservation("r1", "a1", "sb-1", 512, T0), // listed by a1: netted
 		reservation("r2", "a1", "sb-2", 512, T0), // not listed yet: kept
 		reservation("r3", "a2", "sb-3", 512, T0), // another agent's: kept until a2 lists it
-		reservation("r4", "a2", "sb-4", 512, T0), // terminal sandbox: netted by any heartbeat
+		reservation("r4", "a2", "sb-4", 512, T0), // terminal sandbox: netted by a2's heartbeat
 		reservation("r5", "a2", "sb-1", 512, T0), // sb-1 on another agent's ledger: kept
 		reservation("r6", "a1", "sb-x", 512, T0), // unknown sandbox, not listed: kept (expires)
 	} {
@@ -186,23 +186,28 @@ func testHeartbeatNetting(t *testing.T, s berth.Store) {
 	}
 	hb := heartbeat("a1", 4096)
 	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1"}}
-	if n := mustHeartbeat(t, s, hb, at(time.Second)); n != 2 {
-		t.Errorf("a1 heartbeat netted %d, want 2", n)
+	if n := mustHeartbeat(t, s, hb, at(time.Second)); n != 1 {
+		t.Errorf("a1 heartbeat netted %d, want 1", n)
 	}
-	if diff := cmp.Diff([]string{"r2", "r3", "r5", "r6"}, reservationIDs(t, s)); diff != "" {
+	// a1's heartbeat reads only a1's reservations (issue 16, goal 2): a2's, even of a
+	// terminal sandbox, wait for a2's heartbeat.
+	if diff := cmp.Diff([]string{"r2", "r3", "r4", "r5", "r6"}, reservationIDs(t, s)); diff != "" {
 		t.Errorf("reservations after a1's heartbeat (-want +got):\n%s", diff)
-	}
-	for _, id := range []string{"r1", "r4"} {
-		evs := events(t, s, berth.EventFilter{Entity: "reservation/" + id})
-		last := evs[len(evs)-1]
-		if last.From != "held" || last.To != "netted" || last.Actor != "agent/a1" || !last.At.Equal(at(time.Second)) {
-			t.Errorf("last event of %s = %+v, want held → netted by agent/a1 at %v", id, last, at(time.Second))
-		}
 	}
 	hb2 := heartbeat("a2", 4096)
 	hb2.Sandboxes = []berth.HeldSandbox{{ID: "sb-3"}}
-	if n := mustHeartbeat(t, s, hb2, at(2*time.Second)); n != 1 {
-		t.Errorf("a2 heartbeat netted %d, want 1", n)
+	if n := mustHeartbeat(t, s, hb2, at(2*time.Second)); n != 2 {
+		t.Errorf("a2 heartbeat netted %d, want 2 (r3 listed, r4 of a terminal sandbox)", n)
+	}
+	for id, want := range map[string]struct {
+		actor string
+		at    time.Time
+	}{"r1": {"agent/a1", at(time.Second)}, "r3": {"agent/a2", at(2 * time.Second)}, "r4": {"agent/a2", at(2 * time.Second)}} {
+		evs := events(t, s, berth.EventFilter{Entity: "reservation/" + id})
+		last := evs[len(evs)-1]
+		if last.From != "held" || last.To != "netted" || last.Actor != want.actor || !last.At.Equal(want.at) {
+			t.Errorf("last event of %s = %+v, want held → netted by %s at %v", id, last, want.actor, want.at)
+		}
 	}
 	if n := mustHeartbeat(t, s, hb2, at(3*time.Second)); n != 0 {
 		t.Errorf("repeated a2 heartbeat netted %d, want 0", n)
@@ -435,5 +440,32 @@ func testOOMEvents(t *testing.T, s berth.Store) {
 	evs, err := s.Events(t.Context(), berth.EventFilter{Entity: "sandbox/sb-1"})
 	if err != nil || len(evs) != 1 || evs[0].To != "oom_kill" || !evs[0].At.Equal(at(time.Second)) {
 		t.Fatalf("OOM events: %+v, %v; want one at the heartbeat that reported the kills", evs, err)
+	}
+}
+
+// testAgentsWithoutHeld: AgentsWithoutHeld is Agents with every held list empty (issue 16,
+// goal 2: placement's snapshot reads the agent table alone).
+func testAgentsWithoutHeld(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	hb := heartbeat("a1", 4096)
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 100, Measured: true}, {ID: "sb-2", Starting: true}}
+	mustHeartbeat(t, s, hb, T0)
+	mustHeartbeat(t, s, heartbeat("a2", 2048), T0)
+	full, err := s.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full) != 2 || len(full[0].Sandboxes) != 2 {
+		t.Fatalf("Agents = %+v; want a1 with its 2 held sandboxes, and a2", full)
+	}
+	brief, err := s.AgentsWithoutHeld(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range full {
+		full[i].Sandboxes = []berth.HeldSandbox{}
+	}
+	if diff := cmp.Diff(full, brief); diff != "" {
+		t.Errorf("AgentsWithoutHeld differs from Agents without the held lists (-Agents +AgentsWithoutHeld):\n%s", diff)
 	}
 }

@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"Quota", one(testQuota)},
 		{"OOMEvents", one(testOOMEvents)},
 		{"HeldDelta", one(testHeldDelta)},
+		{"AgentsWithoutHeld", one(testAgentsWithoutHeld)},
 		{"HeldDeltaNetsAndPromotes", one(testHeldDeltaNetsAndPromotes)},
 		{"UsualDeltaKeepsOrder", one(testUsualDeltaKeepsOrder)},
 		{"Reserve", testReserve},

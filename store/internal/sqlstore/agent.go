@@ -24,6 +24,16 @@ const DefaultDrainReason = "operator drain"
 
 // Agents returns every known agent ordered by id.
 func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
+	out, err := s.AgentsWithoutHeld(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return out, s.fillHeld(ctx, out)
+}
+
+// AgentsWithoutHeld implements berth.Store: the agent table alone, each agent's Sandboxes
+// empty (not nil).
+func (s *Store) AgentsWithoutHeld(ctx context.Context) ([]berth.Agent, error) {
 	rows, err := s.pool().query(ctx, `SELECT `+agentColumns+` FROM agents ORDER BY id`)
 	if err != nil {
 		return nil, s.errorf("agents: %w", err)
@@ -35,13 +45,14 @@ func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
 		if err != nil {
 			return nil, err
 		}
+		a.Sandboxes = []berth.HeldSandbox{} // a list a replica of the previous release wrote is not read
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.errorf("agents: %w", err)
 	}
 	rows.Close()
-	return out, s.fillHeld(ctx, out)
+	return out, nil
 }
 
 // fillHeld sets each agent's Sandboxes from agent_held (issue 16, goal 2), in one query.

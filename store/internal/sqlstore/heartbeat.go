@@ -405,8 +405,8 @@ func (s *Store) loseUnheld(ctx context.Context, tx *Tx, hb berth.Heartbeat, acto
 }
 
 // netReservations implements LED-4 for one heartbeat and returns how many reservations it
-// released: the agent's reservations for sandboxes agent_held lists, and every reservation
-// whose sandbox is terminal.
+// released: the agent's reservations for sandboxes agent_held lists, or whose sandbox is
+// terminal.
 func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat, actor string, now time.Time) (int, error) {
 	rows, err := tx.query(ctx, nettableSQL, nettableArgs(hb)...)
 	if err != nil {
@@ -420,15 +420,21 @@ func (s *Store) netReservations(ctx context.Context, tx *Tx, hb berth.Heartbeat,
 }
 
 // nettableSQL reads the reservations a heartbeat of agent ? may net (netReservations): the
-// agent's own, with whether agent_held lists their sandbox, and any whose sandbox is terminal.
+// agent's own, with their sandbox's state and whether agent_held lists it. Only the agent's
+// own, through the reservations' agent_id index: a heartbeat costs what its agent has, not
+// what the fleet has (issue 16, goal 2). It used to read every reservation of a terminal
+// sandbox too, fleet-wide, which made PostgreSQL scan the whole ledger on every heartbeat;
+// such a reservation is rare — a terminal transition releases its sandbox's reservations in
+// the same transaction, so only one inserted concurrently with it is left — and its own
+// agent's next heartbeat nets it, or the TTL sweep (LED-2) when that agent is gone.
 var nettableSQL = `
 	SELECT r.id, r.agent_id, r.sandbox_id, COALESCE(s.state, ''), h.sandbox_id IS NOT NULL
 	FROM reservations r LEFT JOIN sandboxes s ON s.id = r.sandbox_id
 		LEFT JOIN agent_held h ON h.agent_id = r.agent_id AND h.sandbox_id = r.sandbox_id
-	WHERE r.agent_id = ? OR s.state IN ` + inTerminal + `
+	WHERE r.agent_id = ?
 	ORDER BY r.id`
 
-func nettableArgs(hb berth.Heartbeat) []any { return append([]any{hb.AgentID}, terminalStates...) }
+func nettableArgs(hb berth.Heartbeat) []any { return []any{hb.AgentID} }
 
 // nettable reads nettableSQL's rows (and closes them) into the reservations hb nets, each
 // with the reason of its event: listed by hb's agent, or of a terminal sandbox.
