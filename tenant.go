@@ -36,7 +36,9 @@ type Quota struct {
 
 // Allows reports whether a tenant using count sandboxes and memMiB may add one of addMiB.
 func (q Quota) Allows(count int, memMiB, addMiB int64) bool {
-	return (q.MaxSandboxes <= 0 || count+1 <= q.MaxSandboxes) && (q.MaxMemoryMiB <= 0 || memMiB+addMiB <= q.MaxMemoryMiB)
+	// addMiB > Max−memMiB rather than memMiB+addMiB > Max: the sum can overflow int64 and
+	// admit (found by an attack: a create of MaxInt64 MiB under a 1000 MiB quota).
+	return (q.MaxSandboxes <= 0 || count < q.MaxSandboxes) && (q.MaxMemoryMiB <= 0 || addMiB <= q.MaxMemoryMiB-memMiB)
 }
 
 // Check returns an error wrapping ErrOverQuota when a tenant using count sandboxes and memMiB

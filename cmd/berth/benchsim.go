@@ -34,10 +34,18 @@ type simStats struct {
 	maxGap                       []time.Duration // per agent: the longest time between two acks
 }
 
+// simConnsPerReplica bounds the simulated agents' connections to each replica.
+const simConnsPerReplica = 1024
+
 // runSimAgents runs n simulated agents against urls until ctx ends; ready is closed once every
 // one has joined and sent its first heartbeat (or ctx ended).
 func runSimAgents(ctx context.Context, urls []string, nodeToken string, n int, interval time.Duration, st *simStats, ready chan<- struct{}) {
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}
+	// The simulated agents share connections, at most simConnsPerReplica to each replica: one
+	// process cannot hold 10,000 agents' connections on both ends (two descriptors each, and
+	// 20,000 is a common hard limit). A heartbeat that finds them all busy waits in this
+	// client for one, so a starved run shows as late acks, not as failures of the replica.
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxConnsPerHost: simConnsPerReplica, MaxIdleConnsPerHost: simConnsPerReplica, IdleConnTimeout: time.Minute}}
 	st.maxGap = make([]time.Duration, n)
 	var joined sync.WaitGroup
 	joined.Add(n)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,15 +46,73 @@ func (d pgDB) Begin(ctx context.Context) (sqlstore.TxConn, error) {
 // SendBatch implements sqlstore.Batcher on the pool, outside any transaction of the store's:
 // pgx sends the statements in one pipeline closed by a single Sync, so PostgreSQL runs them
 // as one implicit transaction — committed at the Sync, or rolled back whole when one fails —
-// and a row lock one of them takes is held until then. The pooled connection goes back when
-// the results are closed.
+// and a row lock one of them takes is held until then.
+//
+// Once sent, the pipeline is not cancelled with ctx: its commit is implied, so a cancel could
+// no longer undo it, only leave the caller told "failed" about writes that committed (found
+// by an attack on the one-trip reserve: a create cancelled while it waited for the agent's
+// row committed after the call returned its error). ctx bounds the wait for a pooled
+// connection; after that the pipeline is bounded by PostgreSQL's lock_timeout
+// (poolBatchLockTimeout, set for this transaction only: a lock it cannot get fails it whole,
+// SQLSTATE 55P03, nothing written) and by poolBatchBound for a server that stops answering.
+// The pooled connection goes back when the results are closed.
 func (d pgDB) SendBatch(ctx context.Context, queries []string, args [][]any) sqlstore.BatchResults {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return unsentBatch{err}
+	}
 	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, poolBatchLockTimeout)
 	for i, q := range queries {
 		b.Queue(q, args[i]...)
 	}
-	return pgBatch{d.pool.SendBatch(ctx, b)}
+	sent, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBatchBound)
+	br := c.SendBatch(sent, b)
+	pb := &poolBatch{pgBatch: pgBatch{br}, release: func() { cancel(); c.Release() }}
+	if _, err := br.Exec(); err != nil { // set_config's answer
+		return failedPoolBatch{pb, err}
+	}
+	return pb
 }
+
+// A pool batch's bounds once sent (SendBatch): how long it may wait for a row lock, and for
+// its answers in all.
+var (
+	poolBatchLockTimeout = "5s"
+	poolBatchBound       = 30 * time.Second
+)
+
+// poolBatch is a pipeline on a connection of its own; Close reads it to its end, then hands
+// the connection back.
+type poolBatch struct {
+	pgBatch
+	release func()
+}
+
+func (b *poolBatch) Close() error {
+	err := b.pgBatch.Close()
+	b.release()
+	return err
+}
+
+// failedPoolBatch is a sent pool batch whose first answer was an error: every answer is it.
+type failedPoolBatch struct {
+	pb  *poolBatch
+	err error
+}
+
+func (f failedPoolBatch) Exec() (sql.Result, error)     { return nil, f.err }
+func (f failedPoolBatch) QueryRow() sqlstore.Row        { return errRow{f.err} }
+func (f failedPoolBatch) Query() (sqlstore.Rows, error) { return nil, f.err }
+func (f failedPoolBatch) Close() error                  { _ = f.pb.Close(); return f.err }
+
+// unsentBatch is a batch that never left: no connection could be had. Every answer is err.
+type unsentBatch struct{ err error }
+
+func (u unsentBatch) Exec() (sql.Result, error)     { return nil, u.err }
+func (u unsentBatch) QueryRow() sqlstore.Row        { return errRow{u.err} }
+func (u unsentBatch) Query() (sqlstore.Rows, error) { return nil, u.err }
+func (u unsentBatch) Close() error                  { return u.err }
 
 func (d pgDB) Close() error {
 	d.pool.Close()

@@ -72,7 +72,8 @@ func dialect() sqlstore.Dialect {
 		WriteCTE:  true,
 		Greatest:  "GREATEST",
 		// A 64-bit hash of the name: a collision only makes two names wait for each other.
-		LockNameSQL: `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`,
+		LockNameSQL:       `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`,
+		LockNameSharedSQL: `SELECT pg_advisory_xact_lock_shared(hashtextextended(?, 0))`,
 		NotifyAgent: func(ctx context.Context, tx *sqlstore.Tx, id string) error {
 			if err := tx.Exec(ctx, `SELECT pg_notify(?, ?)`, AgentsChannel, id); err != nil {
 				return fmt.Errorf("postgres: notify agent %q: %w", id, err)

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/pgtest"
@@ -110,84 +108,6 @@ func burstAcrossReplicas(t *testing.T, withRow bool) {
 	left, err := rs[1].Reservations(ctx)
 	if err != nil || len(left) != 0 {
 		t.Errorf("after the rounds: %d reservations left (%v), want 0", len(left), err)
-	}
-}
-
-// TestReserveAndCreateSumsAfterTheLock pins LED-1 for ReserveAndCreate's one-trip path (issue
-// 16) where a burst may not: another transaction holds the agent's row and adds a reservation
-// that fills it; the create must wait for that row, then see the reservation committed while
-// it waited and answer no room. A create that did not wait for the lock, or that summed with
-// a snapshot taken before the lock was granted (one statement for lock and sum), would admit.
-func TestReserveAndCreateSumsAfterTheLock(t *testing.T) {
-	url := pgtest.Start(t).NewDatabase(t)
-	st := openURL(t, url)
-	ctx := t.Context()
-	now := storetest.T0
-	hb := berth.Heartbeat{AgentID: "a1", Status: berth.AgentActive, BootID: "b1", MemoryMiBTotal: 8192,
-		MemoryMiBAdmittable: 1024, IntakeOpen: true, HeartbeatAt: now}
-	if _, err := st.ApplyHeartbeat(ctx, hb, now); err != nil {
-		t.Fatal(err)
-	}
-	other, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.WithoutCancel(ctx))
-	tx, err := other.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	for _, q := range []string{
-		`SELECT 1 FROM agents WHERE id = 'a1' FOR UPDATE`,
-		fmt.Sprintf(`INSERT INTO reservations (id, agent_id, sandbox_id, mib, owner, created_at, expires_at)
-			VALUES ('r-other', 'a1', 'sb-other', 1024, 'replica-2', %d, %d)`, now.UnixMilli(), now.Add(time.Minute).UnixMilli()),
-	} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	type answer struct {
-		ok  bool
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		r := berth.Reservation{ID: "r1", AgentID: "a1", SandboxID: "sb-1", MiB: 512, Owner: "replica-1", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
-		sb := berth.Sandbox{ID: "sb-1", Tenant: "acme", AgentID: "a1", State: berth.SandboxStarting, MemoryMiB: 512}
-		ok, err := st.ReserveAndCreate(ctx, r, sb, "tenant/acme", now)
-		done <- answer{ok, err}
-	}()
-	// Wait (bounded) until the create's backend waits on a lock, then commit the other
-	// transaction.
-	waiting := false
-	for range 1000 {
-		select {
-		case a := <-done:
-			t.Fatalf("ReserveAndCreate answered (%v, %v) while another transaction held the agent's row: it did not wait for the lock", a.ok, a.err)
-		default:
-		}
-		var n int
-		if err := other.QueryRow(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if waiting = n > 0; waiting {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // real: another PostgreSQL backend reaching its lock wait
-	}
-	if !waiting {
-		t.Fatal("the create never waited on the agent's row lock")
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a := <-done
-	if a.err != nil || a.ok {
-		t.Fatalf("ReserveAndCreate after a reservation filled the agent = %v, %v; want false, nil (LED-1)", a.ok, a.err)
-	}
-	if _, err := st.Sandbox(ctx, "sb-1"); !errors.Is(err, berth.ErrNotFound) {
-		t.Errorf("Sandbox(sb-1) = %v; want not found: nothing is written without the room", err)
 	}
 }
 

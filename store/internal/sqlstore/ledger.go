@@ -91,11 +91,12 @@ func (s *Store) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb be
 		b.queue(lockAgentSQL+s.d.ForUpdate, r.AgentID)
 		b.queue(pendingSQL, r.AgentID, ms(now))
 		b.queue(insertReservationSQL, reservationArgs(r, created)...)
+		locks := s.queueQuotaLock(b, sb.Tenant)
 		b.queue(quotaSQL+s.d.ForUpdate, sb.Tenant)
 		b.queue(insertSandboxSQL, sandboxArgs(sb, meta, key)...)
 		s.queueEvents(tx, b, reservationEvent(r, now), sandboxEvent(sb, reason, actor, now))
 		res := tx.send(ctx, b)
-		fits, q, inserted, err := s.reserveAndCreateAnswers(res, r, sb)
+		fits, q, inserted, err := s.reserveAndCreateAnswers(res, r, sb, locks)
 		if cerr := res.Close(); err == nil && cerr != nil {
 			err = s.errorf("reserve %q: %w", r.ID, cerr)
 		}
@@ -158,14 +159,16 @@ func (s *Store) reserveAndCreateOneTrip(ctx context.Context, r berth.Reservation
 	args = append(args, sb.Tenant)
 	b := &batch{}
 	b.queue(lockAgentSQL+s.d.ForUpdate, r.AgentID)
+	locks := s.queueQuotaLock(b, sb.Tenant)
 	b.queue(quotaSQL+s.d.ForUpdate, sb.Tenant)
 	b.queue(reserveAndCreateSQL, args...)
 	res := s.pool().send(ctx, b)
 	var room, inserted int64
 	var quota bool
-	_, err = res.Exec()
-	if err == nil {
-		_, err = res.Exec()
+	for range 2 + locks { // the agent's lock, the quota lock, the quota row's lock
+		if err == nil {
+			_, err = res.Exec()
+		}
 	}
 	if err == nil {
 		err = res.QueryRow().Scan(&room, &inserted, &quota)
@@ -228,8 +231,9 @@ var (
 )
 
 // reserveAndCreateAnswers reads ReserveAndCreate's batch in order: whether the reservation
-// fits (a known agent with the room), the tenant's quota, and whether the row went in.
-func (s *Store) reserveAndCreateAnswers(res BatchResults, r berth.Reservation, sb berth.Sandbox) (fits bool, q berth.Quota, inserted bool, err error) {
+// fits (a known agent with the room), the quota lock's locks statements, the tenant's quota,
+// and whether the row went in.
+func (s *Store) reserveAndCreateAnswers(res BatchResults, r berth.Reservation, sb berth.Sandbox, locks int) (fits bool, q berth.Quota, inserted bool, err error) {
 	var admittable, pending int64
 	known := true
 	if err := res.QueryRow().Scan(&admittable); errors.Is(err, sql.ErrNoRows) {
@@ -240,8 +244,10 @@ func (s *Store) reserveAndCreateAnswers(res BatchResults, r berth.Reservation, s
 	if err := res.QueryRow().Scan(&pending); err != nil {
 		return false, q, false, s.errorf("reserve %q: %w", r.ID, err)
 	}
-	if _, err := res.Exec(); err != nil {
-		return false, q, false, s.errorf("reserve %q: %w", r.ID, err)
+	for range 1 + locks { // the reservation's insert, then the quota lock
+		if _, err := res.Exec(); err != nil {
+			return false, q, false, s.errorf("reserve %q: %w", r.ID, err)
+		}
 	}
 	q.Tenant = sb.Tenant
 	if err := res.QueryRow().Scan(&q.MaxSandboxes, &q.MaxMemoryMiB); err != nil && !errors.Is(err, sql.ErrNoRows) {

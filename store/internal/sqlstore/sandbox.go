@@ -98,7 +98,12 @@ func sandboxEvent(sb berth.Sandbox, reason, actor string, now time.Time) berth.E
 func (s *Store) createSandboxTx(ctx context.Context, tx *Tx, sb berth.Sandbox, meta, key any, reason, actor string, now time.Time) (berth.Event, error) {
 	if !sb.State.Terminal() {
 		// ADM-11: hard limits, checked in the insert's transaction under the tenant's
-		// quota row lock, so replicas cannot overshoot together.
+		// quota lock and quota row lock, so replicas cannot overshoot together.
+		if s.d.LockNameSharedSQL != "" {
+			if err := tx.Exec(ctx, s.d.LockNameSharedSQL, quotaLock+sb.Tenant); err != nil {
+				return berth.Event{}, s.errorf("quota lock of %q: %w", sb.Tenant, err)
+			}
+		}
 		q, err := s.quotaOf(ctx, tx.conn, sb.Tenant, true)
 		if err != nil {
 			return berth.Event{}, err

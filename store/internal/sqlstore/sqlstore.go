@@ -63,6 +63,10 @@ type Dialect struct {
 	// (PostgreSQL: a transaction-scoped advisory lock). Empty where write transactions are
 	// serialized anyway (SQLite).
 	LockNameSQL string
+	// LockNameSharedSQL takes LockNameSQL's lock in shared mode: any number of transactions
+	// hold it at once, none while one holds it through LockNameSQL (PostgreSQL: the shared
+	// form of the advisory lock). Empty where LockNameSQL is.
+	LockNameSharedSQL string
 	// PingTimeout bounds Ping, so a server that does not answer fails it fast; 0: none.
 	PingTimeout time.Duration
 	// Retryable reports whether a transaction that failed with err may be run again
