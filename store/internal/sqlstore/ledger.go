@@ -131,12 +131,12 @@ func (s *Store) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb be
 	return took, nil
 }
 
-// reserveAndCreateOneTrip is ReserveAndCreate in one round trip and three statements, where
-// the database decides in SQL (Dialect.WriteCTE) and its pool is a Batcher (PostgreSQL): the
-// agent's row and the tenant's quota row are locked by the first two statements, then one
-// statement (reserveAndCreateSQL) inserts the sandbox, its reservation and both events only
-// when the room is there, all in the pipeline's one implicit transaction. The third statement
-// takes its snapshot after the locks are held, so it sums every reservation committed before
+// reserveAndCreateOneTrip is ReserveAndCreate in one round trip, where the database decides
+// in SQL (Dialect.WriteCTE) and its pool is a Batcher (PostgreSQL): the agent's row, the
+// tenant's quota lock (shared, queueQuotaLock) and its quota row are locked by the first
+// statements, then one statement (reserveAndCreateSQL) inserts the sandbox, its reservation
+// and both events only when the room is there, all in the pipeline's one implicit
+// transaction. The last statement takes its snapshot after the locks are held, so it sums every reservation committed before
 // it (LED-1), as the transaction path's separate SUM does; and no row lock waits on a round
 // trip to this process (issue 16, goal 1). done is false, with nothing written, when the
 // answer needs the transaction path: the tenant has a quota to count against (ADM-11), or the
