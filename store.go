@@ -99,6 +99,33 @@ type SandboxStore interface {
 	// Entering a terminal state releases reservations as TransitionSandbox does. It reports
 	// whether the move happened; an unknown id is (false, nil).
 	MoveSandbox(ctx context.Context, id string, from []SandboxState, m SandboxMove, reason, actor string, now time.Time) (bool, error)
+	// UnheldRunning returns up to limit (≤ 0: 100) sandboxes in state running that their
+	// agent, alive and on the same boot, no longer holds (AGT-6's same-boot twin), ordered by
+	// id. A sandbox is returned only when all of these hold:
+	//   - its agent was last seen (Agent.LastSeen, the server's receive time) at or after
+	//     seenSince: a silent agent is the leases' business (LIF-2);
+	//   - the agent's held list is current: written by the heartbeat the agent row records
+	//     (same boot, same Seq, Seq > 0), not left behind by a replica of the previous
+	//     release or an unnumbered agent;
+	//   - that held list does not list the sandbox (not even as starting);
+	//   - the heartbeat that wrote it was received at least grace after the sandbox last
+	//     entered running (its latest event "→ running"), so a heartbeat composed before the
+	//     agent accepted the create, and received after the running mark, never counts.
+	// A sandbox with no event into running is never returned. One call judges at most the
+	// first 1,000 (by id) running sandboxes their agent does not list, graced or not. A
+	// negative grace is an error; so is a store that cannot be read. It writes nothing.
+	UnheldRunning(ctx context.Context, seenSince time.Time, grace time.Duration, limit int) ([]UnheldSandbox, error)
+}
+
+// UnheldSandbox is a running sandbox its agent's current held list does not list
+// (SandboxStore.UnheldRunning): RunningSince is when it last entered running, HeldAt when
+// the heartbeat whose held list leaves it out was received (the agent's LastSeen); both UTC,
+// millisecond precision, HeldAt − RunningSince ≥ the grace asked for.
+type UnheldSandbox struct {
+	ID           string
+	AgentID      string
+	RunningSince time.Time
+	HeldAt       time.Time
 }
 
 // SandboxMove is the new state and placement MoveSandbox writes: the agent that holds the

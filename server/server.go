@@ -361,6 +361,7 @@ func (s *Server) sweep(ctx context.Context) {
 	}
 	s.settleCheckpoints(ctx)
 	s.settleStopping(ctx)
+	s.settleUnheld(ctx)
 	s.purgeEnded(ctx)
 	s.forgetCalls(ctx)
 	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})

@@ -90,3 +90,13 @@ func TestOpenFails(t *testing.T) {
 		}
 	}
 }
+
+// TestUnheldAfterOldReplica: a held list a replica of the previous release left behind is
+// not judged (AGT-6, the same boot; storetest.UnheldAfterOldReplica).
+func TestUnheldAfterOldReplica(t *testing.T) {
+	s := openFresh(t)
+	storetest.UnheldAfterOldReplica(t, s, func(q string) error {
+		_, err := s.pool.Exec(t.Context(), q)
+		return err
+	})
+}

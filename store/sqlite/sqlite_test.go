@@ -76,3 +76,13 @@ func TestOpenRejectsQueryInPath(t *testing.T) {
 		t.Errorf("Open accepted a path with '?'")
 	}
 }
+
+// TestUnheldAfterOldReplica: a held list a replica of the previous release left behind is
+// not judged (AGT-6, the same boot; storetest.UnheldAfterOldReplica).
+func TestUnheldAfterOldReplica(t *testing.T) {
+	s := openAt(t, ":memory:")
+	storetest.UnheldAfterOldReplica(t, s, func(q string) error {
+		_, err := s.db.ExecContext(t.Context(), q)
+		return err
+	})
+}

@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"HeartbeatNetting", one(testHeartbeatNetting)},
 		{"HeartbeatEnded", one(testHeartbeatEnded)},
 		{"RestartLosesUnheldSandboxes", one(testRestartLosesUnheld)},
+		{"UnheldRunning", one(testUnheldRunning)},
 		{"HeartbeatPromotesStarting", one(testHeartbeatPromotesStarting)},
 		{"PauseStatesAreLive", one(testPauseStatesAreLive)},
 		{"MoveSandbox", one(testMoveSandbox)},

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// unheldPerSweep bounds how many running rows one sweep ends as unheld (settleUnheld): a
+// fleet-wide fault (an agent that lost every guest without a word) drains over a few sweeps
+// instead of holding one sweep for minutes.
+const unheldPerSweep = 100
+
+// unheldGrace is how long after a sandbox entered running its agent's held list must have been
+// received before leaving it out counts (settleUnheld): two heartbeat intervals of at least a
+// second. A heartbeat the agent composed before it accepted the create can arrive after the
+// running mark, but the agent's POST gives up max(interval, 1 s) after composing it, so twice
+// that leaves as much again to spare.
+func (s *Server) unheldGrace() time.Duration { return 2 * max(s.cfg.HeartbeatInterval, time.Second) }
+
+// settleUnheld is the sweeper's part for running rows their agent no longer holds (AGT-6's
+// same-boot twin): an agent alive (seen within StaleAfter) on the same boot whose held list —
+// current, and received at least unheldGrace after the sandbox last entered running — does
+// not list a sandbox the store says it runs. Such a row is a ghost: it counts against its
+// tenant's quota and the fleet's books, and tells its tenant it runs. Each is re-read (still
+// running on that agent, still not listed) and moved running → lost with an event (actor
+// sweeper/<replica>), at most unheldPerSweep a sweep; an app's lost sandbox is placed again
+// at the reconciler's next round, kicked now. Silent agents are the leases' business (LIF-2)
+// and a restarted agent's first heartbeat settles its own (AGT-6).
+func (s *Server) settleUnheld(ctx context.Context) {
+	now := s.cfg.Clock()
+	grace := s.unheldGrace()
+	unheld, err := s.store.UnheldRunning(ctx, now.Add(-s.cfg.StaleAfter), grace, unheldPerSweep)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("unheld running sandboxes: cannot read them", "err", err)
+		}
+		return
+	}
+	actor := "sweeper/" + s.cfg.ReplicaID
+	for _, u := range unheld {
+		sb, err := s.store.Sandbox(ctx, u.ID)
+		if err != nil || sb.State != berth.SandboxRunning || sb.AgentID != u.AgentID {
+			continue // moved on since the read (or cannot be re-read: a later sweep judges it)
+		}
+		a, err := s.store.Agent(ctx, u.AgentID)
+		if err != nil || slices.ContainsFunc(a.Sandboxes, func(h berth.HeldSandbox) bool { return h.ID == u.ID }) {
+			continue // listed since the read (or its agent cannot be re-read)
+		}
+		reason := fmt.Sprintf("agent/%s no longer holds it: its heartbeat of %s, %s after the sandbox entered running, does not list it",
+			u.AgentID, u.HeldAt.Format(time.RFC3339), u.HeldAt.Sub(u.RunningSince).Round(time.Millisecond))
+		ok, err := s.store.TransitionSandbox(ctx, u.ID, []berth.SandboxState{berth.SandboxRunning}, berth.SandboxLost, reason, actor, now)
+		if err != nil || !ok {
+			continue
+		}
+		s.log.Warn("running sandbox its agent no longer holds marked lost", "sandbox", u.ID, "agent", u.AgentID, "reason", reason)
+		if sb.Metadata["app"] != "" {
+			s.kickApps()
+		}
+	}
+}

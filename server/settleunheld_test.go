@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/runtime/noop"
+	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/store/postgres"
+	"github.com/berth-dev/berth/store/sqlite"
+)
+
+// unheldStores opens a fresh store of each backend for the settleUnheld tests.
+var unheldStores = []struct {
+	name string
+	open func(t *testing.T) berth.Store
+}{
+	{"sqlite", func(t *testing.T) berth.Store {
+		st, err := sqlite.Open(context.Background(), ":memory:")
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
+	{"postgres", func(t *testing.T) berth.Store {
+		st, err := postgres.Open(context.Background(), pgtest.Start(t).NewDatabase(t))
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
+}
+
+// wantLostUnheld fails the test unless sandbox id's latest event is the sweeper's running →
+// lost for a sandbox agent no longer holds.
+func wantLostUnheld(t *testing.T, h *clockHarness, id, agentID string) {
+	t.Helper()
+	e := h.lastEvent(t, "sandbox/"+id)
+	if e.From != string(berth.SandboxRunning) || e.To != string(berth.SandboxLost) || e.Actor != "sweeper/"+h.s.cfg.ReplicaID ||
+		!strings.HasPrefix(e.Reason, "agent/"+agentID+" no longer holds it: its heartbeat of ") || !e.At.Equal(h.clk.Now()) {
+		t.Fatalf("%s's last event: %+v; want running → lost by the sweeper, agent/%s no longer holds it, at %v", id, e, agentID, h.clk.Now())
+	}
+}
+
+// TestAGT6_SweeperLosesGhostRunningRow (AGT-6, the same boot): a real agent (noop runtime,
+// its internal API and heartbeats over real HTTP on 127.0.0.1) holds the sandboxes created
+// through a real server, on SQLite and PostgreSQL, whose clock the test moves. A running row
+// the agent never held — a ghost — stays running while the agent's heartbeats are within the
+// grace (2 intervals of 10 s) of its running mark, and ends lost, with the sweeper's event and
+// reason, at the first sweep after a heartbeat received a grace later still leaves it out;
+// the tenant's usage stops counting it. Sandboxes created normally — one per round, swept at
+// once, before the agent's next heartbeat can list it — are never touched across the rounds.
+func TestAGT6_SweeperLosesGhostRunningRow(t *testing.T) {
+	for _, sto := range unheldStores {
+		t.Run(sto.name, func(t *testing.T) { testSweeperLosesGhost(t, sto.open(t)) })
+	}
+}
+
+func testSweeperLosesGhost(t *testing.T, st berth.Store) {
+	ctx := context.Background()
+	h := newClockHarness(t, st)
+	acfg := agent.DefaultConfig()
+	acfg.ID, acfg.Admission, acfg.MemoryMiB, acfg.HeadroomMiB = "host-1", berth.AdmissionCommitted, 4096, 0
+	acfg.HeartbeatInterval, acfg.MeasureInterval = 20*time.Millisecond, 20*time.Millisecond
+	acfg.ServerURL, acfg.NodeToken = h.url, "node-token"
+	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := agent.New(acfg, &noop.Runtime{})
+	must(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// held waits until the agent's list, received at the server's current time, holds ids:
+	// real heartbeats over loopback, every 20 ms of real time.
+	held := func(ids []string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			got, err := st.Agent(ctx, "host-1")
+			if err != nil || !got.LastSeen.Equal(h.clk.Now()) {
+				continue
+			}
+			if !slices.ContainsFunc(ids, func(id string) bool {
+				return !slices.ContainsFunc(got.Sandboxes, func(s berth.HeldSandbox) bool { return s.ID == id })
+			}) {
+				return
+			}
+		}
+		t.Fatalf("host-1 never listed %v in a heartbeat received at %v", ids, h.clk.Now())
+	}
+	create := func() string {
+		t.Helper()
+		code, sb, e := h.create(t)
+		if code != http.StatusCreated || sb.AgentID != "host-1" || sb.State != berth.SandboxRunning {
+			t.Fatalf("create: %d %+v %+v; want 201 running on host-1", code, sb, e)
+		}
+		return sb.ID
+	}
+	held(nil) // registered
+	created := []string{create()}
+	t0 := h.clk.Now()
+	must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-ghost", Template: "python", Tenant: "acme", AgentID: "host-1",
+		State: berth.SandboxRunning, MemoryMiB: 512, VCPUs: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, "test", t0))
+	held(created)
+	h.s.sweep(ctx)
+	if got := h.state(t, "sb-ghost"); got != berth.SandboxRunning {
+		t.Fatalf("ghost at once: %s; want running (within the grace)", got)
+	}
+	for round := 1; round <= 3; round++ {
+		h.clk.Add(10 * time.Second)
+		created = append(created, create())
+		h.s.sweep(ctx) // the create race: marked running, not listed yet
+		held(created)
+		h.s.sweep(ctx)
+		want := berth.SandboxRunning
+		if round >= 2 { // a list received 20 s after the running mark leaves it out
+			want = berth.SandboxLost
+		}
+		if got := h.state(t, "sb-ghost"); got != want {
+			t.Fatalf("round %d (%s after the ghost's running mark): ghost %s; want %s", round, h.clk.Now().Sub(t0), got, want)
+		}
+		if round == 2 {
+			wantLostUnheld(t, h, "sb-ghost", "host-1")
+		}
+		for _, id := range created {
+			if got := h.state(t, id); got != berth.SandboxRunning {
+				t.Fatalf("round %d: %s, created normally and held, is %s; want running", round, id, got)
+			}
+		}
+	}
+	if n, _, err := st.TenantUsage(ctx, "acme"); err != nil || n != len(created) {
+		t.Fatalf("tenant usage: %d, %v; want the %d held sandboxes, not the ghost", n, err, len(created))
+	}
+}
+
+// TestAGT6_UnheldGraceCoversTheCreateRace (AGT-6, the same boot): a heartbeat the agent
+// composed before it accepted a create, received after the running mark (within the agent's
+// POST timeout), does not list the sandbox — and must not make it lost. The agent is driven
+// by hand over real HTTP, so the race happens every time: the sandbox stays running through
+// that heartbeat's sweep and through later heartbeats that list it, and ends lost only once
+// the agent drops it without a word and a heartbeat received a grace after the running mark
+// says so. Config.HeartbeatInterval is 1 s: the grace is 2 s.
+func TestAGT6_UnheldGraceCoversTheCreateRace(t *testing.T) {
+	for _, sto := range unheldStores {
+		t.Run(sto.name, func(t *testing.T) { testUnheldCreateRace(t, sto.open(t)) })
+	}
+}
+
+func testUnheldCreateRace(t *testing.T, st berth.Store) {
+	ctx := context.Background()
+	h := newClockHarness(t, st)
+	h.s.cfg.HeartbeatInterval = time.Second
+	host := newFakeAgent(t, "")
+	hb := func(seq int64, held ...string) berth.Heartbeat {
+		b := berth.Heartbeat{AgentID: "a1", Address: host.srv.URL, Status: berth.AgentActive, IntakeOpen: true,
+			MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, CPUTotal: 4,
+			BootID: "boot-1", Seq: seq, HeartbeatAt: h.clk.Now()}
+		for _, id := range held {
+			b.Sandboxes = append(b.Sandboxes, berth.HeldSandbox{ID: id})
+		}
+		return b
+	}
+	h.beat(t, hb(1))
+	early := hb(2) // composed now, before the agent accepts the create below
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated || sb.State != berth.SandboxRunning {
+		t.Fatalf("create: %d %+v %+v; want 201 running", code, sb, e)
+	}
+	marked := h.clk.Now()
+	h.clk.Add(1500 * time.Millisecond)
+	h.beat(t, early) // received 1.5 s after the running mark, not listing it
+	h.s.sweep(ctx)
+	if got := h.state(t, sb.ID); got != berth.SandboxRunning {
+		t.Fatalf("after a heartbeat composed before the create: %s; want running", got)
+	}
+	for i, seq := range []int64{3, 4, 5} {
+		h.clk.Add(time.Second)
+		h.beat(t, hb(seq, sb.ID))
+		h.s.sweep(ctx)
+		if got := h.state(t, sb.ID); got != berth.SandboxRunning {
+			t.Fatalf("heartbeat %d listing it, %s after the mark: %s; want running", i, h.clk.Now().Sub(marked), got)
+		}
+	}
+	// The agent loses the guest without reporting it ended; its next list leaves it out.
+	h.clk.Add(time.Second)
+	h.beat(t, hb(6))
+	h.s.sweep(ctx)
+	if got := h.state(t, sb.ID); got != berth.SandboxLost {
+		t.Fatalf("dropped by its agent, %s after the mark: %s; want lost", h.clk.Now().Sub(marked), got)
+	}
+	wantLostUnheld(t, h, sb.ID, "a1")
+	if n, _, err := st.TenantUsage(ctx, "acme"); err != nil || n != 0 {
+		t.Fatalf("tenant usage: %d, %v; want 0", n, err)
+	}
+}

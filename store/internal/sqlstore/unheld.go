@@ -1,0 +1,128 @@
+package sqlstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// unheldLimit is UnheldRunning's limit when the caller gives none; unheldScan bounds the
+// candidates one call judges (those its agent does not list, graced or not), so a fleet-wide
+// fault is read a slice at a time.
+const (
+	unheldLimit = 100
+	unheldScan  = 1000
+)
+
+// unheldCandidatesSQL reads the running sandboxes that the current held list of their live
+// agent does not list, graced or not (UnheldRunning); its arguments are the state running,
+// seenSince (unix ms) and the scan bound. It is driven by the agents table (one row per host)
+// and, per agent alive with a current list, by the sandboxes' (agent_id, state) index for its
+// running rows, each probed in agent_held by its primary key: when nothing is wrong that is
+// the whole cost, and it answers nothing (or the few creates younger than their agent's last
+// heartbeat).
+const unheldCandidatesSQL = `
+	SELECT s.id, s.agent_id, a.last_seen
+	FROM agents a JOIN sandboxes s ON s.agent_id = a.id AND s.state = ?
+	WHERE a.last_seen >= ? AND a.held_seq > 0 AND a.held_boot = a.boot_id AND a.held_seq = a.heartbeat_seq
+		AND NOT EXISTS (SELECT 1 FROM agent_held h WHERE h.agent_id = s.agent_id AND h.sandbox_id = s.id)
+	ORDER BY s.id LIMIT ?`
+
+// enteredRunningSQL reads when each of some sandboxes last entered running: the latest event
+// "→ running" per entity, by the events' entity index. The caller appends the entity
+// condition; the first argument is the state running.
+const enteredRunningSQL = `SELECT entity, MAX(at) FROM events WHERE to_state = ? AND `
+
+// UnheldRunning implements berth.SandboxStore (AGT-6, the same boot): the running sandboxes
+// whose agent — last seen at or after seenSince, its held list current (held_boot = boot_id,
+// held_seq = heartbeat_seq > 0: written by the heartbeat the row records) — does not list
+// them, in a list received at least grace after they last entered running. Up to limit (≤ 0:
+// unheldLimit) rows, ordered by id, out of at most unheldScan candidates; a negative grace is
+// an error. Two reads: the candidates (unheldCandidatesSQL), then, for those only, when each
+// last entered running (enteredRunningSQL) — one statement let PostgreSQL look up the events
+// of every running sandbox before the anti-join had dropped the held ones.
+//
+// Every applied heartbeat writes agent_held, heartbeat_seq, held_boot, held_seq and last_seen
+// in one transaction, so last_seen is when the held list was received. A refused heartbeat
+// (a delta on another base, an overtaken one) changes none of them: the list stays as old as
+// last_seen says. A replica of the previous release moves heartbeat_seq and last_seen but not
+// held_seq, so its writes make the list not current rather than falsely recent; an
+// unnumbered agent (Seq 0) cannot be told apart from that, and is never judged.
+func (s *Store) UnheldRunning(ctx context.Context, seenSince time.Time, grace time.Duration, limit int) ([]berth.UnheldSandbox, error) {
+	if grace < 0 {
+		return nil, s.errorf("unheld running sandboxes: negative grace %s", grace)
+	}
+	running := string(berth.SandboxRunning)
+	rows, err := s.pool().query(ctx, unheldCandidatesSQL, running, ms(seenSince), unheldScan)
+	if err != nil {
+		return nil, s.errorf("unheld running sandboxes: %w", err)
+	}
+	var cands []berth.UnheldSandbox
+	for rows.Next() {
+		var u berth.UnheldSandbox
+		var seen int64
+		if err := rows.Scan(&u.ID, &u.AgentID, &seen); err != nil {
+			rows.Close()
+			return nil, s.errorf("unheld running sandboxes: %w", err)
+		}
+		u.HeldAt = fromMS(seen)
+		cands = append(cands, u)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, s.errorf("unheld running sandboxes: %w", err)
+	}
+	out := []berth.UnheldSandbox{}
+	if len(cands) == 0 {
+		return out, nil
+	}
+	since, err := s.enteredRunning(ctx, cands)
+	if err != nil {
+		return nil, err
+	}
+	limit = limitOr(limit, unheldLimit)
+	for _, u := range cands { // in id order
+		at, ok := since["sandbox/"+u.ID]
+		if !ok || u.HeldAt.Sub(at) < grace {
+			continue // within the grace (or never entered running: nothing to judge by)
+		}
+		u.RunningSince = at
+		if out = append(out, u); len(out) == limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// enteredRunning returns when each of cands last entered running, by entity
+// ("sandbox/<id>"); a sandbox without such an event is absent.
+func (s *Store) enteredRunning(ctx context.Context, cands []berth.UnheldSandbox) (map[string]time.Time, error) {
+	entities := make([]string, len(cands))
+	for i, u := range cands {
+		entities[i] = "sandbox/" + u.ID
+	}
+	since := make(map[string]time.Time, len(cands))
+	for start := 0; start < len(entities); start += 500 {
+		cond, args := s.in("entity", entities[start:min(start+500, len(entities))])
+		rows, err := s.pool().query(ctx, enteredRunningSQL+cond+` GROUP BY entity`,
+			append([]any{string(berth.SandboxRunning)}, args...)...)
+		if err != nil {
+			return nil, s.errorf("unheld running sandboxes: %w", err)
+		}
+		for rows.Next() {
+			var entity string
+			var at int64
+			if err := rows.Scan(&entity, &at); err != nil {
+				rows.Close()
+				return nil, s.errorf("unheld running sandboxes: %w", err)
+			}
+			since[entity] = fromMS(at)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, s.errorf("unheld running sandboxes: %w", err)
+		}
+	}
+	return since, nil
+}

@@ -1,0 +1,154 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/berth-dev/berth"
+)
+
+// unheldGrace is the grace the UnheldRunning tests ask for: two heartbeats of 10 s.
+const unheldGrace = 20 * time.Second
+
+// numbered returns a whole-list heartbeat of agent id, boot b1, numbered seq, listing held.
+func numbered(id string, seq int64, held ...berth.HeldSandbox) berth.Heartbeat {
+	hb := heartbeat(id, 2048)
+	hb.BootID, hb.Seq, hb.Sandboxes = "b1", seq, held
+	return hb
+}
+
+// wantUnheld fails the test unless UnheldRunning(seenSince, grace, limit) answers want.
+func wantUnheld(t *testing.T, s berth.Store, what string, seenSince time.Time, grace time.Duration, limit int, want []berth.UnheldSandbox) {
+	t.Helper()
+	got, err := s.UnheldRunning(t.Context(), seenSince, grace, limit)
+	if err != nil {
+		t.Fatalf("%s: UnheldRunning: %v", what, err)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("%s: UnheldRunning (-want +got):\n%s", what, diff)
+	}
+}
+
+// testUnheldRunning (AGT-6, the same boot): UnheldRunning returns the running sandboxes that
+// their live agent's current held list leaves out, once that list was received at least the
+// grace after the sandbox last entered running — and nothing else: not a listed one (even
+// listed as starting), not one within the grace (the create race), not one whose latest entry
+// into running is recent though its first is old, not a paused, stopped, starting or stopping
+// row, not one of a silent agent, not one of an agent whose list a refused delta leaves old,
+// not one of an unnumbered agent, and not one listed by another agent than its own (which is
+// its own agent's ghost). It writes nothing.
+func testUnheldRunning(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	held := []berth.HeldSandbox{{ID: "held"}, {ID: "held-starting", Starting: true}, {ID: "misfiled"}, {ID: "resumed"}}
+	record(t, s, numbered("a1", 1, held...), T0)
+	record(t, s, numbered("a2", 1, berth.HeldSandbox{ID: "elsewhere"}), T0)
+	record(t, s, numbered("a3", 1), at(time.Second))
+	for _, sb := range []berth.Sandbox{
+		sandbox("held", "acme", "a1", berth.SandboxRunning),
+		sandbox("held-starting", "acme", "a1", berth.SandboxRunning),
+		sandbox("resumed", "acme", "a1", berth.SandboxRunning),
+		sandbox("ghost", "acme", "a1", berth.SandboxRunning),
+		sandbox("starting", "acme", "a1", berth.SandboxStarting),
+		sandbox("stopping", "acme", "a1", berth.SandboxStopping),
+		sandbox("stopped", "acme", "a1", berth.SandboxStopped),
+		sandbox("lost", "acme", "a1", berth.SandboxLost),
+		sandbox("paused", "acme", "", berth.SandboxPaused),
+		sandbox("elsewhere", "acme", "a2", berth.SandboxRunning),
+		sandbox("misfiled", "acme", "a2", berth.SandboxRunning), // a1 lists it, its own a2 does not
+		sandbox("behind-resync", "acme", "a3", berth.SandboxRunning),
+		sandbox("unnumbered", "acme", "a4", berth.SandboxRunning),
+	} {
+		mustCreate(t, s, sb, T0)
+	}
+	wantUnheld(t, s, "lists received 10 s after the running marks", T0, unheldGrace, 0, nil)
+
+	// a1's next heartbeat (a delta, nothing changed) comes 10 s in: still within the grace.
+	d := numbered("a1", 2)
+	d.Delta, d.BaseSeq = true, 1
+	record(t, s, d, at(10*time.Second))
+	wantUnheld(t, s, "a1's delta 10 s after the running marks", T0, unheldGrace, 0, nil)
+
+	// "resumed" is paused away from a1 and resumed onto it again: its latest entry into
+	// running (T0+22 s) is what counts, not its first (T0).
+	if ok, err := s.MoveSandbox(ctx, "resumed", []berth.SandboxState{berth.SandboxRunning},
+		berth.SandboxMove{To: berth.SandboxPaused, PausedAt: at(12 * time.Second)}, "paused", "test", at(12*time.Second)); err != nil || !ok {
+		t.Fatalf("pause resumed: %v, %v", ok, err)
+	}
+	if ok, err := s.MoveSandbox(ctx, "resumed", []berth.SandboxState{berth.SandboxPaused},
+		berth.SandboxMove{To: berth.SandboxResuming, AgentID: "a1"}, "resuming", "test", at(20*time.Second)); err != nil || !ok {
+		t.Fatalf("resume resumed: %v, %v", ok, err)
+	}
+	mustCreate(t, s, sandbox("young", "acme", "a1", berth.SandboxRunning), at(15*time.Second))
+	if ok, err := s.TransitionSandbox(ctx, "resumed", []berth.SandboxState{berth.SandboxResuming}, berth.SandboxRunning,
+		"restored", "test", at(22*time.Second)); err != nil || !ok {
+		t.Fatalf("resumed → running: %v, %v", ok, err)
+	}
+	// 25 s in: a1's delta drops "resumed" (its new guest is not listed yet) and a2 heartbeats.
+	d = numbered("a1", 3)
+	d.Delta, d.BaseSeq, d.Removed = true, 2, []string{"resumed"}
+	record(t, s, d, at(25*time.Second))
+	record(t, s, numbered("a2", 2, berth.HeldSandbox{ID: "elsewhere"}), at(25*time.Second))
+	// a3's only list is from T0+1 s; its next heartbeats are deltas on a base the store does
+	// not hold (resync pending): refused, they leave the list, and its age, as they were.
+	bad := numbered("a3", 3)
+	bad.Delta, bad.BaseSeq = true, 2
+	if res := record(t, s, bad, at(30*time.Second)); res.Applied || !res.Resync {
+		t.Fatalf("a3's delta on a base the store does not hold: %+v; want resync", res)
+	}
+	// a4 does not number its heartbeats: its list cannot be told current.
+	record(t, s, numbered("a4", 0), at(30*time.Second))
+
+	ghost := berth.UnheldSandbox{ID: "ghost", AgentID: "a1", RunningSince: T0, HeldAt: at(25 * time.Second)}
+	misfiled := berth.UnheldSandbox{ID: "misfiled", AgentID: "a2", RunningSince: T0, HeldAt: at(25 * time.Second)}
+	wantUnheld(t, s, "25 s in", T0, unheldGrace, 0, []berth.UnheldSandbox{ghost, misfiled})
+	wantUnheld(t, s, "25 s in, limit 1", T0, unheldGrace, 1, []berth.UnheldSandbox{ghost})
+	wantUnheld(t, s, "agents seen since 26 s", at(26*time.Second), unheldGrace, 0, nil)
+	wantUnheld(t, s, "a grace of 26 s", T0, 26*time.Second, 0, nil)
+	wantUnheld(t, s, "a grace of exactly 25 s", T0, 25*time.Second, 0, []berth.UnheldSandbox{ghost, misfiled})
+
+	// 45 s in, whole lists from a1 (again without "resumed" and "young") and a3.
+	record(t, s, numbered("a1", 4, held[:3]...), at(45*time.Second))
+	record(t, s, numbered("a3", 4), at(45*time.Second))
+	ghost.HeldAt = at(45 * time.Second)
+	wantUnheld(t, s, "45 s in", T0, unheldGrace, 0, []berth.UnheldSandbox{
+		{ID: "behind-resync", AgentID: "a3", RunningSince: T0, HeldAt: at(45 * time.Second)},
+		ghost, misfiled,
+		{ID: "resumed", AgentID: "a1", RunningSince: at(22 * time.Second), HeldAt: at(45 * time.Second)},
+		{ID: "young", AgentID: "a1", RunningSince: at(15 * time.Second), HeldAt: at(45 * time.Second)},
+	})
+	if _, err := s.UnheldRunning(ctx, T0, -time.Second, 0); err == nil {
+		t.Errorf("UnheldRunning with a negative grace: no error")
+	}
+	// It only reads: the ghost is still running, with its creation event alone.
+	if sb, err := s.Sandbox(ctx, "ghost"); err != nil || sb.State != berth.SandboxRunning {
+		t.Errorf("ghost after UnheldRunning: %v, %v; want running", sb.State, err)
+	}
+	if evs := events(t, s, berth.EventFilter{Entity: "sandbox/ghost"}); len(evs) != 1 {
+		t.Errorf("ghost has %d events after UnheldRunning, want 1 (its creation)", len(evs))
+	}
+}
+
+// UnheldAfterOldReplica is UnheldRunning's case that the store's API cannot reach (AGT-6, the
+// same boot): a replica of the previous release applies a heartbeat, moving the agent's
+// heartbeat_seq and last_seen but not agent_held nor held_seq. The held list is then older
+// than last_seen says, so its sandboxes are not judged until a heartbeat of this release
+// writes the list again. exec runs one SQL statement, without arguments, on s's database.
+func UnheldAfterOldReplica(t *testing.T, s berth.Store, exec func(query string) error) {
+	record(t, s, numbered("a1", 1, berth.HeldSandbox{ID: "held"}), T0)
+	mustCreate(t, s, sandbox("held", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("ghost", "acme", "a1", berth.SandboxRunning), T0)
+	wantUnheld(t, s, "the list received with the running marks", T0, unheldGrace, 0, nil)
+	// The previous release's UPDATE: the figures, the seq and last_seen; no held list.
+	if err := exec(fmt.Sprintf(`UPDATE agents SET heartbeat_seq = 2, last_seen = %d WHERE id = 'a1'`, at(time.Minute).UnixMilli())); err != nil {
+		t.Fatalf("a previous release's heartbeat: %v", err)
+	}
+	wantUnheld(t, s, "after a previous release's heartbeat", T0, unheldGrace, 0, nil)
+	record(t, s, numbered("a1", 3, berth.HeldSandbox{ID: "held"}), at(2*time.Minute))
+	wantUnheld(t, s, "after this release's next heartbeat", T0, unheldGrace, 0, []berth.UnheldSandbox{
+		{ID: "ghost", AgentID: "a1", RunningSince: T0, HeldAt: at(2 * time.Minute)},
+	})
+}
