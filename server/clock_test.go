@@ -55,7 +55,7 @@ func newClockHarness(t *testing.T, st berth.Store) *clockHarness {
 	cfg := DefaultConfig()
 	cfg.NodeToken = "node-token"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.Clock, cfg.CacheTTL = h.clk.Now, time.Millisecond
+	cfg.Clock, cfg.CacheTTL, cfg.UnheldEvery = h.clk.Now, time.Millisecond, 0
 	h.s = New(cfg, st)
 	srv := httptest.NewServer(h.s.Handler())
 	t.Cleanup(srv.Close)

@@ -36,6 +36,10 @@ type Config struct {
 	// often expired ones are swept (default 5 s).
 	ReservationTTL time.Duration
 	SweepInterval  time.Duration
+	// UnheldEvery is how often a sweep also looks for running rows their live agent no longer
+	// holds (settleUnheld; default 30 s, 0: every sweep): that read grows with the running
+	// sandboxes of live hosts (docs/DECISIONS.md).
+	UnheldEvery time.Duration
 	// CacheTTL is how long the cached agent table may be used before a re-read (PLC-5,
 	// default 1 s; heartbeats this replica receives update it in between).
 	CacheTTL time.Duration
@@ -129,6 +133,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval: 10 * time.Second,
 		ReservationTTL:    60 * time.Second,
 		SweepInterval:     5 * time.Second,
+		UnheldEvery:       30 * time.Second,
 		CacheTTL:          time.Second,
 		MaxHostsPerCreate: 3,
 		Strategy:          "spread",
@@ -170,6 +175,7 @@ type Server struct {
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
 	stopping  sync.Map               // agent id → a stopEnded round in flight
 	stopSwept sync.Map               // agent id → when stopEnded last checked all it holds (time.Time)
+	unheldAt  atomic.Int64           // when settleUnheld last ran (unix ns), for UnheldEvery
 	log       *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
 	// this replica; appSeen when each app last had a request open here (its start, while

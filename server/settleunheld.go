@@ -29,9 +29,14 @@ func (s *Server) unheldGrace() time.Duration { return 2 * max(s.cfg.HeartbeatInt
 // running on that agent, still not listed) and moved running → lost with an event (actor
 // sweeper/<replica>), at most unheldPerSweep a sweep; an app's lost sandbox is placed again
 // at the reconciler's next round, kicked now. Silent agents are the leases' business (LIF-2)
-// and a restarted agent's first heartbeat settles its own (AGT-6).
+// and a restarted agent's first heartbeat settles its own (AGT-6). It runs at most every
+// Config.UnheldEvery.
 func (s *Server) settleUnheld(ctx context.Context) {
 	now := s.cfg.Clock()
+	if last := s.unheldAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < s.cfg.UnheldEvery {
+		return // looked less than UnheldEvery ago
+	}
+	s.unheldAt.Store(now.UnixNano())
 	grace := s.unheldGrace()
 	unheld, err := s.store.UnheldRunning(ctx, now.Add(-s.cfg.StaleAfter), grace, unheldPerSweep)
 	if err != nil {

@@ -199,3 +199,33 @@ func testUnheldCreateRace(t *testing.T, st berth.Store) {
 		t.Fatalf("tenant usage: %d, %v; want 0", n, err)
 	}
 }
+
+// countingUnheld counts the sweeper's reads of unheld running sandboxes.
+type countingUnheld struct {
+	berth.Store
+	reads int
+}
+
+func (c *countingUnheld) UnheldRunning(ctx context.Context, seenSince time.Time, grace time.Duration, limit int) ([]berth.UnheldSandbox, error) {
+	c.reads++
+	return c.Store.UnheldRunning(ctx, seenSince, grace, limit)
+}
+
+// TestSettleUnheldEvery: the read behind settleUnheld grows with the running sandboxes of
+// live hosts, so a replica makes it at most every Config.UnheldEvery (default 30 s), whatever
+// the sweep interval.
+func TestSettleUnheldEvery(t *testing.T) {
+	st := unheldStores[0].open(t)
+	counted := &countingUnheld{Store: st}
+	clk := &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}
+	cfg := DefaultConfig()
+	cfg.Clock, cfg.Logger = clk.Now, slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(cfg, counted)
+	for i, want := range []int{1, 1, 1, 2, 2, 2, 3} { // at 0, 10, …, 60 s
+		s.settleUnheld(context.Background())
+		if counted.reads != want {
+			t.Fatalf("after %d sweeps %s apart: %d reads; want %d (at most one per %s)", i+1, cfg.SweepInterval*2, counted.reads, want, cfg.UnheldEvery)
+		}
+		clk.Add(2 * cfg.SweepInterval) // 10 s
+	}
+}
