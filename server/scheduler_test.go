@@ -28,6 +28,7 @@ type fakeAgent struct {
 	appDown bool          // the app behind /port/ never answers (app_unreachable)
 	creates atomic.Int64
 	deletes atomic.Int64
+	created chan struct{} // a token for each create call received (never blocks the call)
 }
 
 // fromServer reports whether r carries a server's call token and not the node token: these
@@ -44,7 +45,7 @@ func newFakeAgent(t *testing.T, refuse string) *fakeAgent {
 }
 
 func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAgent {
-	f := &fakeAgent{refuse: refuse, delay: delay}
+	f := &fakeAgent{refuse: refuse, delay: delay, created: make(chan struct{}, 64)}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !fromServer(r, f.srv.URL) {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -53,6 +54,10 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
 			f.creates.Add(1)
+			select {
+			case f.created <- struct{}{}:
+			default:
+			}
 			select {
 			case <-time.After(f.delay):
 			case <-r.Context().Done():
@@ -321,18 +326,18 @@ func TestLIF2_LeaseExpiry(t *testing.T) {
 // reservation and no starting row behind, at once, not after a TTL (LED-3).
 func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		refuse      string
-		delay       time.Duration
-		clientLimit time.Duration
-		wantDelete  bool               // the agent's side is unknown: it is told to stop the sandbox
-		wantState   berth.SandboxState // how the attempt ends; failed when empty
+		name       string
+		refuse     string
+		delay      time.Duration
+		clientGone bool               // the client leaves once the agent has the create
+		wantDelete bool               // the agent's side is unknown: it is told to stop the sandbox
+		wantState  berth.SandboxState // how the attempt ends; failed when empty
 	}{
 		{name: "runtime error", refuse: berth.EInternal, wantDelete: true},
 		{name: "agent refuses", refuse: berth.EHostStartsSaturated},
 		{name: "agent times out", delay: 3 * time.Second, wantDelete: true},
-		{name: "client gone, agent times out", delay: 3 * time.Second, clientLimit: 200 * time.Millisecond, wantDelete: true},
-		{name: "client gone, start completes", delay: 400 * time.Millisecond, clientLimit: 100 * time.Millisecond,
+		{name: "client gone, agent times out", delay: 3 * time.Second, clientGone: true, wantDelete: true},
+		{name: "client gone, start completes", delay: 400 * time.Millisecond, clientGone: true,
 			wantDelete: true, wantState: berth.SandboxStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -340,10 +345,20 @@ func TestCase_C20_FailedCreatesReleaseTheirReservation(t *testing.T) {
 			a := newSlowFakeAgent(t, tc.refuse, tc.delay)
 			h.heartbeat(t, "a1", a.srv.URL, 4096)
 			ctx := context.Background()
-			if tc.clientLimit > 0 {
+			if tc.clientGone {
+				// The client leaves once the agent has the create: the row is written and the
+				// start under way, however slowly a loaded machine got there (a fixed client
+				// deadline could end before the server wrote anything).
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.clientLimit)
+				ctx, cancel = context.WithCancel(ctx)
 				defer cancel()
+				go func() {
+					select {
+					case <-a.created:
+						cancel()
+					case <-ctx.Done():
+					}
+				}()
 			}
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/v1/sandboxes", strings.NewReader(`{"template":"python"}`))
 			req.Header.Set("Authorization", "Bearer "+h.key)
