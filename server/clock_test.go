@@ -138,6 +138,33 @@ func (h *clockHarness) state(t *testing.T, id string) berth.SandboxState {
 	return sb.State
 }
 
+// storeBackends opens a fresh store of each backend (SQLite in memory, PostgreSQL on the
+// test cluster) for tests that run on both.
+var storeBackends = []struct {
+	name string
+	open func(t *testing.T) berth.Store
+}{
+	{"sqlite", func(t *testing.T) berth.Store {
+		st, err := sqlite.Open(context.Background(), ":memory:")
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
+	{"postgres", func(t *testing.T) berth.Store {
+		st, err := postgres.Open(context.Background(), pgtest.Start(t).NewDatabase(t))
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
+}
+
+// onEachStore runs fn as a subtest on a fresh store of each backend.
+func onEachStore(t *testing.T, fn func(t *testing.T, st berth.Store)) {
+	for _, sto := range storeBackends {
+		t.Run(sto.name, func(t *testing.T) { fn(t, sto.open(t)) })
+	}
+}
+
 // lastEvent returns the latest event of entity.
 func (h *clockHarness) lastEvent(t *testing.T, entity string) berth.Event {
 	t.Helper()
@@ -155,24 +182,7 @@ func (h *clockHarness) lastEvent(t *testing.T, entity string) berth.Event {
 // evacuation deadline behave exactly as with a correct clock: only the server's receive time
 // and the agent's sequence numbers count.
 func TestCase_C32_AgentClocksDecideNothing(t *testing.T) {
-	stores := []struct {
-		name string
-		open func(t *testing.T) berth.Store
-	}{
-		{"sqlite", func(t *testing.T) berth.Store {
-			st, err := sqlite.Open(context.Background(), ":memory:")
-			must(t, err)
-			t.Cleanup(func() { st.Close() })
-			return st
-		}},
-		{"postgres", func(t *testing.T) berth.Store {
-			st, err := postgres.Open(context.Background(), pgtest.Start(t).NewDatabase(t))
-			must(t, err)
-			t.Cleanup(func() { st.Close() })
-			return st
-		}},
-	}
-	for _, sto := range stores {
+	for _, sto := range storeBackends {
 		for _, ck := range agentClocks {
 			t.Run(sto.name+"/"+ck.name, func(t *testing.T) { testAgentClock(t, sto.open(t), ck) })
 		}

@@ -13,29 +13,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/runtime/noop"
-	"github.com/berth-dev/berth/internal/pgtest"
-	"github.com/berth-dev/berth/store/postgres"
-	"github.com/berth-dev/berth/store/sqlite"
 )
-
-// unheldStores opens a fresh store of each backend for the settleUnheld tests.
-var unheldStores = []struct {
-	name string
-	open func(t *testing.T) berth.Store
-}{
-	{"sqlite", func(t *testing.T) berth.Store {
-		st, err := sqlite.Open(context.Background(), ":memory:")
-		must(t, err)
-		t.Cleanup(func() { st.Close() })
-		return st
-	}},
-	{"postgres", func(t *testing.T) berth.Store {
-		st, err := postgres.Open(context.Background(), pgtest.Start(t).NewDatabase(t))
-		must(t, err)
-		t.Cleanup(func() { st.Close() })
-		return st
-	}},
-}
 
 // wantLostUnheld fails the test unless sandbox id's latest event is the sweeper's running →
 // lost for a sandbox agent no longer holds.
@@ -57,9 +35,7 @@ func wantLostUnheld(t *testing.T, h *clockHarness, id, agentID string) {
 // the tenant's usage stops counting it. Sandboxes created normally — one per round, swept at
 // once, before the agent's next heartbeat can list it — are never touched across the rounds.
 func TestAGT6_SweeperLosesGhostRunningRow(t *testing.T) {
-	for _, sto := range unheldStores {
-		t.Run(sto.name, func(t *testing.T) { testSweeperLosesGhost(t, sto.open(t)) })
-	}
+	onEachStore(t, testSweeperLosesGhost)
 }
 
 func testSweeperLosesGhost(t *testing.T, st berth.Store) {
@@ -147,9 +123,7 @@ func testSweeperLosesGhost(t *testing.T, st berth.Store) {
 // the agent drops it without a word and a heartbeat received a grace after the running mark
 // says so. Config.HeartbeatInterval is 1 s: the grace is 2 s.
 func TestAGT6_UnheldGraceCoversTheCreateRace(t *testing.T) {
-	for _, sto := range unheldStores {
-		t.Run(sto.name, func(t *testing.T) { testUnheldCreateRace(t, sto.open(t)) })
-	}
+	onEachStore(t, testUnheldCreateRace)
 }
 
 func testUnheldCreateRace(t *testing.T, st berth.Store) {
@@ -215,7 +189,7 @@ func (c *countingUnheld) UnheldRunning(ctx context.Context, seenSince time.Time,
 // live hosts, so a replica makes it at most every Config.UnheldEvery (default 30 s), whatever
 // the sweep interval.
 func TestSettleUnheldEvery(t *testing.T) {
-	st := unheldStores[0].open(t)
+	st := storeBackends[0].open(t)
 	counted := &countingUnheld{Store: st}
 	clk := &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}
 	cfg := DefaultConfig()
