@@ -112,7 +112,7 @@ type SandboxStore interface {
 	//     entered running (its latest event "→ running"), so a heartbeat composed before the
 	//     agent accepted the create, and received after the running mark, never counts.
 	// A sandbox with no event into running is never returned. One call judges at most the
-	// first 1,000 (by id) running sandboxes their agent does not list, graced or not. A
+	// first 1,000 (oldest first) running sandboxes their agent does not list, graced or not. A
 	// negative grace is an error; so is a store that cannot be read. It writes nothing.
 	UnheldRunning(ctx context.Context, seenSince time.Time, grace time.Duration, limit int) ([]UnheldSandbox, error)
 }

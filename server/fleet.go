@@ -145,6 +145,10 @@ type heartbeatBody struct {
 // or resync when a delta's base is not the one the store holds (only its ended list applied).
 // An agent of the previous release reads no body and sends whole lists: nothing changes for it.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	// Received now: stamped before any work of the server's, so a slow credential read or
+	// body does not make a heartbeat look younger than it is (last_seen; settleUnheld
+	// compares it with when a sandbox entered running).
+	now := s.cfg.Clock()
 	cred, err := s.agentCredential(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -170,7 +174,6 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	now := s.cfg.Clock()
 	res, err := s.store.RecordHeartbeat(r.Context(), hb, now)
 	if errors.Is(err, berth.ErrRevoked) {
 		// Revoked while this heartbeat was on its way: it is not applied (TRUST-1).

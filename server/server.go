@@ -37,8 +37,8 @@ type Config struct {
 	ReservationTTL time.Duration
 	SweepInterval  time.Duration
 	// UnheldEvery is how often a sweep also looks for running rows their live agent no longer
-	// holds (settleUnheld; default 30 s, 0: every sweep): that read grows with the running
-	// sandboxes of live hosts (docs/DECISIONS.md).
+	// holds (settleUnheld; default 30 s, 0: every sweep, negative: never): that read grows
+	// with the running sandboxes of live hosts (docs/DECISIONS.md).
 	UnheldEvery time.Duration
 	// CacheTTL is how long the cached agent table may be used before a re-read (PLC-5,
 	// default 1 s; heartbeats this replica receives update it in between).

@@ -15,11 +15,18 @@ import (
 const unheldPerSweep = 100
 
 // unheldGrace is how long after a sandbox entered running its agent's held list must have been
-// received before leaving it out counts (settleUnheld): two heartbeat intervals of at least a
-// second. A heartbeat the agent composed before it accepted the create can arrive after the
-// running mark, but the agent's POST gives up max(interval, 1 s) after composing it, so twice
-// that leaves as much again to spare.
-func (s *Server) unheldGrace() time.Duration { return 2 * max(s.cfg.HeartbeatInterval, time.Second) }
+// received before leaving it out counts (settleUnheld): StaleAfter (30 s by default), or two
+// heartbeat intervals of at least a second if that is longer. A heartbeat the agent composed
+// before it accepted the create can arrive after the running mark — the agent's POST gives up
+// max(interval, 1 s) after composing it — and the two times compared are stamped by the
+// replicas' clocks, possibly two different replicas. Two intervals alone lost live sandboxes
+// in an attack: a replica clock 2 s ahead (interval 1 s), or agents whose real interval is
+// longer than the server was told. StaleAfter already bounds what the fleet tolerates of
+// both (an agent silent that long is stale; replicas that far apart misjudge staleness), so
+// the grace is at least that: a ghost is settled later, a live sandbox is not lost.
+func (s *Server) unheldGrace() time.Duration {
+	return max(2*max(s.cfg.HeartbeatInterval, time.Second), s.cfg.StaleAfter)
+}
 
 // settleUnheld is the sweeper's part for running rows their agent no longer holds (AGT-6's
 // same-boot twin): an agent alive (seen within StaleAfter) on the same boot whose held list —
@@ -33,6 +40,9 @@ func (s *Server) unheldGrace() time.Duration { return 2 * max(s.cfg.HeartbeatInt
 // Config.UnheldEvery.
 func (s *Server) settleUnheld(ctx context.Context) {
 	now := s.cfg.Clock()
+	if s.cfg.UnheldEvery < 0 {
+		return // turned off
+	}
 	if last := s.unheldAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < s.cfg.UnheldEvery {
 		return // looked less than UnheldEvery ago
 	}

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +32,7 @@ func wantLostUnheld(t *testing.T, h *clockHarness, id, agentID string) {
 // its internal API and heartbeats over real HTTP on 127.0.0.1) holds the sandboxes created
 // through a real server, on SQLite and PostgreSQL, whose clock the test moves. A running row
 // the agent never held — a ghost — stays running while the agent's heartbeats are within the
-// grace (2 intervals of 10 s) of its running mark, and ends lost, with the sweeper's event and
+// grace (StaleAfter, 30 s; longer than 2 intervals of 10 s) of its running mark, and ends lost, with the sweeper's event and
 // reason, at the first sweep after a heartbeat received a grace later still leaves it out;
 // the tenant's usage stops counting it. Sandboxes created normally — one per round, swept at
 // once, before the agent's next heartbeat can list it — are never touched across the rounds.
@@ -57,9 +59,10 @@ func testSweeperLosesGhost(t *testing.T, st berth.Store) {
 	// real heartbeats over loopback, every 20 ms of real time.
 	held := func(ids []string) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 			got, err := st.Agent(ctx, "host-1")
 			if err != nil || !got.LastSeen.Equal(h.clk.Now()) {
+				time.Sleep(5 * time.Millisecond) // real: the agent's next heartbeat over loopback
 				continue
 			}
 			if !slices.ContainsFunc(ids, func(id string) bool {
@@ -88,20 +91,20 @@ func testSweeperLosesGhost(t *testing.T, st berth.Store) {
 	if got := h.state(t, "sb-ghost"); got != berth.SandboxRunning {
 		t.Fatalf("ghost at once: %s; want running (within the grace)", got)
 	}
-	for round := 1; round <= 3; round++ {
+	for round := 1; round <= 4; round++ {
 		h.clk.Add(10 * time.Second)
 		created = append(created, create())
 		h.s.sweep(ctx) // the create race: marked running, not listed yet
 		held(created)
 		h.s.sweep(ctx)
 		want := berth.SandboxRunning
-		if round >= 2 { // a list received 20 s after the running mark leaves it out
+		if round >= 3 { // a list received 30 s (StaleAfter) after the running mark leaves it out
 			want = berth.SandboxLost
 		}
 		if got := h.state(t, "sb-ghost"); got != want {
 			t.Fatalf("round %d (%s after the ghost's running mark): ghost %s; want %s", round, h.clk.Now().Sub(t0), got, want)
 		}
-		if round == 2 {
+		if round == 3 {
 			wantLostUnheld(t, h, "sb-ghost", "host-1")
 		}
 		for _, id := range created {
@@ -121,7 +124,7 @@ func testSweeperLosesGhost(t *testing.T, st berth.Store) {
 // by hand over real HTTP, so the race happens every time: the sandbox stays running through
 // that heartbeat's sweep and through later heartbeats that list it, and ends lost only once
 // the agent drops it without a word and a heartbeat received a grace after the running mark
-// says so. Config.HeartbeatInterval is 1 s: the grace is 2 s.
+// says so. Config.HeartbeatInterval is 1 s and StaleAfter 2 s: the grace is 2 s.
 func TestAGT6_UnheldGraceCoversTheCreateRace(t *testing.T) {
 	onEachStore(t, testUnheldCreateRace)
 }
@@ -129,7 +132,7 @@ func TestAGT6_UnheldGraceCoversTheCreateRace(t *testing.T) {
 func testUnheldCreateRace(t *testing.T, st berth.Store) {
 	ctx := context.Background()
 	h := newClockHarness(t, st)
-	h.s.cfg.HeartbeatInterval = time.Second
+	h.s.cfg.HeartbeatInterval, h.s.cfg.StaleAfter = time.Second, 2*time.Second // grace 2 s
 	host := newFakeAgent(t, "")
 	hb := func(seq int64, held ...string) berth.Heartbeat {
 		b := berth.Heartbeat{AgentID: "a1", Address: host.srv.URL, Status: berth.AgentActive, IntakeOpen: true,
@@ -201,5 +204,79 @@ func TestSettleUnheldEvery(t *testing.T) {
 			t.Fatalf("after %d sweeps %s apart: %d reads; want %d (at most one per %s)", i+1, cfg.SweepInterval*2, counted.reads, want, cfg.UnheldEvery)
 		}
 		clk.Add(2 * cfg.SweepInterval) // 10 s
+	}
+}
+
+// replicaOn is a second replica over h's store with a clock of its own (real HTTP in front).
+type replicaOn struct {
+	clk *fakeClock
+	s   *Server
+	url string
+}
+
+func newReplicaOn(t *testing.T, h *clockHarness, clk *fakeClock, id string) *replicaOn {
+	t.Helper()
+	cfg := DefaultConfig() // a registry of its own
+	cfg.NodeToken, cfg.ReplicaID, cfg.Logger = "node-token", id, h.s.cfg.Logger
+	cfg.Clock, cfg.CacheTTL, cfg.UnheldEvery, cfg.HeartbeatInterval = clk.Now, time.Millisecond, 0, h.s.cfg.HeartbeatInterval
+	s := New(cfg, h.st)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return &replicaOn{clk: clk, s: s, url: srv.URL}
+}
+
+// beatTo posts hb to the replica at url with its agent's credential.
+func beatTo(t *testing.T, h *clockHarness, url string, hb berth.Heartbeat) {
+	t.Helper()
+	saved := h.url
+	h.url = url
+	defer func() { h.url = saved }()
+	h.beat(t, hb)
+}
+
+// TestAGT6_UnheldSurvivesReplicaSkew: replica R1 places a create and marks it running; the
+// agent's heartbeats go to replica R2, whose clock is ahead of R1's; the heartbeat the agent
+// composed just before it accepted the create reaches R2 100 ms after the mark, not listing
+// it, and R1 sweeps. Nothing is wrong with the agent — its next heartbeat lists the sandbox —
+// so the sandbox must stay running. With a grace of two intervals it was lost at a skew of
+// 1.95 s (interval 1 s) or 19.95 s (interval 10 s), and the agent then told to delete it;
+// the grace is now at least StaleAfter (found by an attack).
+func TestAGT6_UnheldSurvivesReplicaSkew(t *testing.T) {
+	for _, c := range []struct {
+		interval, skew time.Duration
+	}{{time.Second, 1950 * time.Millisecond}, {10 * time.Second, 19950 * time.Millisecond}, {10 * time.Second, 25 * time.Second}} {
+		t.Run(fmt.Sprintf("interval %s, skew %s", c.interval, c.skew), func(t *testing.T) {
+			onEachStore(t, func(t *testing.T, st berth.Store) { testUnheldReplicaSkew(t, st, c.interval, c.skew) })
+		})
+	}
+}
+
+func testUnheldReplicaSkew(t *testing.T, st berth.Store, interval, skew time.Duration) {
+	h := newClockHarness(t, st)
+	h.s.cfg.HeartbeatInterval = interval
+	r2 := newReplicaOn(t, h, &fakeClock{now: h.clk.Now().Add(skew)}, "r2")
+	host := newFakeAgent(t, "")
+	hb := func(seq int64, held ...string) berth.Heartbeat {
+		b := berth.Heartbeat{AgentID: "a1", Address: host.srv.URL, Status: berth.AgentActive, IntakeOpen: true,
+			MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, CPUTotal: 4,
+			BootID: "boot-1", Seq: seq, HeartbeatAt: h.clk.Now()}
+		for _, id := range held {
+			b.Sandboxes = append(b.Sandboxes, berth.HeldSandbox{ID: id})
+		}
+		return b
+	}
+	beatTo(t, h, r2.url, hb(1))
+	early := hb(2) // composed before the accept below
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated || sb.State != berth.SandboxRunning {
+		t.Fatalf("create: %d %+v %+v", code, sb, e)
+	}
+	h.clk.Add(100 * time.Millisecond)
+	r2.clk.Add(100 * time.Millisecond)
+	beatTo(t, h, r2.url, early)
+	h.s.sweep(context.Background())
+	if got := h.state(t, sb.ID); got != berth.SandboxRunning {
+		t.Fatalf("interval %s, replica skew %s: a sandbox its agent runs is %s (%s); want running",
+			interval, skew, got, h.lastEvent(t, "sandbox/"+sb.ID).Reason)
 	}
 }

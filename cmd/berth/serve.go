@@ -114,7 +114,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&storeSpec, "store", os.Getenv("BERTH_STORE"), "store: postgres://… (any number of replicas) or a SQLite file path (one replica; default <data>/berth.db)")
 	f.StringVar(&cfg.ReplicaID, "replica-id", cfg.ReplicaID, "this replica's name, the owner of its reservations (default: random)")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cfg.StaleAfter, "heartbeat age after which an agent gets no placements (PLC-1)")
-	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period (for Retry-After; --reservation-ttl must be at least twice it)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "the agents' heartbeat period, at least their real one (Retry-After, the grace before a running sandbox its agent stops listing is lost; --reservation-ttl must be at least twice it)")
 	f.DurationVar(&cfg.ReservationTTL, "reservation-ttl", cfg.ReservationTTL, "ledger entry TTL, renewed while its create is in flight; at least twice --heartbeat-interval (LED-2)")
 	f.StringVar(&cfg.Strategy, "strategy", cfg.Strategy, "placement strategy: spread or pack (PLC-2)")
 	f.DurationVar(&cfg.LeaseEphemeral, "lease-ephemeral", cfg.LeaseEphemeral, "a silent ephemeral-pool agent's sandboxes are lost after this (LIF-2)")

@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -17,7 +19,8 @@ const (
 
 // unheldCandidatesSQL reads the running sandboxes that the current held list of their live
 // agent does not list, graced or not (UnheldRunning); its arguments are the state running,
-// seenSince (unix ms) and the scan bound. It is driven by the agents table (one row per host)
+// seenSince (unix ms) and the scan bound. Oldest first: the young creates a heartbeat has not
+// listed yet (within the grace) must not crowd a ghost out of the bound. It is driven by the agents table (one row per host)
 // and, per agent alive with a current list, by the sandboxes' (agent_id, state) index for its
 // running rows, each probed in agent_held by its primary key: when nothing is wrong that is
 // the whole cost, and it answers nothing (or the few creates younger than their agent's last
@@ -27,7 +30,7 @@ const unheldCandidatesSQL = `
 	FROM agents a JOIN sandboxes s ON s.agent_id = a.id AND s.state = ?
 	WHERE a.last_seen >= ? AND a.held_seq > 0 AND a.held_boot = a.boot_id AND a.held_seq = a.heartbeat_seq
 		AND NOT EXISTS (SELECT 1 FROM agent_held h WHERE h.agent_id = s.agent_id AND h.sandbox_id = s.id)
-	ORDER BY s.id LIMIT ?`
+	ORDER BY s.created_at, s.id LIMIT ?`
 
 // enteredRunningSQL reads when each of some sandboxes last entered running: the latest event
 // "→ running" per entity, by the events' entity index. The caller appends the entity
@@ -82,6 +85,7 @@ func (s *Store) UnheldRunning(ctx context.Context, seenSince time.Time, grace ti
 		return nil, err
 	}
 	limit = limitOr(limit, unheldLimit)
+	slices.SortFunc(cands, func(a, b berth.UnheldSandbox) int { return strings.Compare(a.ID, b.ID) })
 	for _, u := range cands { // in id order
 		at, ok := since["sandbox/"+u.ID]
 		if !ok || u.HeldAt.Sub(at) < grace {
