@@ -134,15 +134,7 @@ func testUnheldCreateRace(t *testing.T, st berth.Store) {
 	h := newClockHarness(t, st)
 	h.s.cfg.HeartbeatInterval, h.s.cfg.StaleAfter = time.Second, 2*time.Second // grace 2 s
 	host := newFakeAgent(t, "")
-	hb := func(seq int64, held ...string) berth.Heartbeat {
-		b := berth.Heartbeat{AgentID: "a1", Address: host.srv.URL, Status: berth.AgentActive, IntakeOpen: true,
-			MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, CPUTotal: 4,
-			BootID: "boot-1", Seq: seq, HeartbeatAt: h.clk.Now()}
-		for _, id := range held {
-			b.Sandboxes = append(b.Sandboxes, berth.HeldSandbox{ID: id})
-		}
-		return b
-	}
+	hb := func(seq int64, held ...string) berth.Heartbeat { return heldBeat(h, host.srv.URL, seq, held...) }
 	h.beat(t, hb(1))
 	early := hb(2) // composed now, before the agent accepts the create below
 	code, sb, e := h.create(t)
@@ -256,15 +248,7 @@ func testUnheldReplicaSkew(t *testing.T, st berth.Store, interval, skew time.Dur
 	h.s.cfg.HeartbeatInterval = interval
 	r2 := newReplicaOn(t, h, &fakeClock{now: h.clk.Now().Add(skew)}, "r2")
 	host := newFakeAgent(t, "")
-	hb := func(seq int64, held ...string) berth.Heartbeat {
-		b := berth.Heartbeat{AgentID: "a1", Address: host.srv.URL, Status: berth.AgentActive, IntakeOpen: true,
-			MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, CPUTotal: 4,
-			BootID: "boot-1", Seq: seq, HeartbeatAt: h.clk.Now()}
-		for _, id := range held {
-			b.Sandboxes = append(b.Sandboxes, berth.HeldSandbox{ID: id})
-		}
-		return b
-	}
+	hb := func(seq int64, held ...string) berth.Heartbeat { return heldBeat(h, host.srv.URL, seq, held...) }
 	beatTo(t, h, r2.url, hb(1))
 	early := hb(2) // composed before the accept below
 	code, sb, e := h.create(t)
@@ -279,4 +263,15 @@ func testUnheldReplicaSkew(t *testing.T, st berth.Store, interval, skew time.Dur
 		t.Fatalf("interval %s, replica skew %s: a sandbox its agent runs is %s (%s); want running",
 			interval, skew, got, h.lastEvent(t, "sandbox/"+sb.ID).Reason)
 	}
+}
+
+// heldBeat is agent a1's heartbeat number seq (boot-1, at h's clock) from addr, listing held.
+func heldBeat(h *clockHarness, addr string, seq int64, held ...string) berth.Heartbeat {
+	b := berth.Heartbeat{AgentID: "a1", Address: addr, Status: berth.AgentActive, IntakeOpen: true,
+		MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, CPUTotal: 4,
+		BootID: "boot-1", Seq: seq, HeartbeatAt: h.clk.Now()}
+	for _, id := range held {
+		b.Sandboxes = append(b.Sandboxes, berth.HeldSandbox{ID: id})
+	}
+	return b
 }
