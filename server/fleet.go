@@ -321,21 +321,17 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 	}
 	// Text the store keeps must be text: PostgreSQL refuses a NUL byte in any string, which
 	// would turn this heartbeat into a 500 (JSON decoding already replaced invalid UTF-8).
-	text := []string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime}
-	text = append(text, hb.Removed...)
-	for _, h := range hb.Sandboxes {
-		text = append(text, h.ID)
-	}
-	for _, e := range hb.Ended {
-		text = append(text, e.ID, e.Reason)
-	}
-	for _, t := range text {
-		if strings.ContainsRune(t, 0) {
-			return berth.Errorf(berth.EInvalidRequest, "heartbeat text fields must not contain a NUL character")
-		}
+	nul := slices.ContainsFunc([]string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime}, hasNUL) ||
+		slices.ContainsFunc(hb.Removed, hasNUL) ||
+		slices.ContainsFunc(hb.Sandboxes, func(h berth.HeldSandbox) bool { return hasNUL(h.ID) }) ||
+		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return hasNUL(e.ID) || hasNUL(e.Reason) })
+	if nul {
+		return berth.Errorf(berth.EInvalidRequest, "heartbeat text fields must not contain a NUL character")
 	}
 	return nil
 }
+
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // agentIDParam is the {id} of an /v1/agents/{id}/… route, refused as invalid_request when it
 // is not an agent id at all (berth.CheckAgentID: a NUL byte or invalid UTF-8 would otherwise

@@ -468,35 +468,29 @@ func movedOn(cur berth.Sandbox) (berth.Sandbox, *unbound) {
 func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold, u *unbound) (berth.Sandbox, bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if !u.stopAgent {
-		s.unreserve(h)
-		if u.recorded {
-			if _, err := p.at.undo(cctx, p.sb, u.reason); err != nil {
-				s.cfg.Logger.Error("could not record an abandoned attempt; the sweeper will", "sandbox", p.sb.ID, "err", err)
-			}
-		}
-		return berth.Sandbox{}, false
-	}
 	if u.recorded {
 		moved, err := p.at.undo(cctx, p.sb, u.reason)
-		if err != nil {
-			// The record is in an unknown state too: the agent keeps its copy, which its
-			// heartbeat then promotes (or which its TTL ends) — a sandbox that runs under
-			// a record that says so, never a record that says running over nothing.
-			s.cfg.Logger.Error("could not record an abandoned attempt; the agent keeps its copy for its heartbeat to settle",
+		switch {
+		case err != nil:
+			// The record is in an unknown state: the sweeper settles it. An agent whose side
+			// is unknown too keeps its copy, which its heartbeat then promotes (or its TTL
+			// ends) — a sandbox that runs under a record that says so, never a record that
+			// says running over nothing.
+			s.cfg.Logger.Error("could not record an abandoned attempt; the sweeper or the agent's heartbeat will settle it",
 				"sandbox", p.sb.ID, "agent", c.host, "err", err)
 			s.unreserve(h)
 			return berth.Sandbox{}, false
-		}
-		if !moved {
+		case !moved && u.stopAgent:
 			if cur, err := s.store.Sandbox(cctx, p.sb.ID); err == nil && cur.State == berth.SandboxRunning && cur.AgentID == c.host {
 				s.cfg.Logger.Warn("the attempt failed but its sandbox is running on its host; kept", "sandbox", p.sb.ID, "agent", c.host, "reason", u.reason)
 				return cur, true
 			}
 		}
 	}
-	if err := s.agents.delete(cctx, agentAt{c.host, c.addr}, p.sb.ID); err != nil {
-		s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", p.sb.ID, "err", err)
+	if u.stopAgent {
+		if err := s.agents.delete(cctx, agentAt{c.host, c.addr}, p.sb.ID); err != nil {
+			s.cfg.Logger.Warn("could not stop an abandoned sandbox; its TTL or reconcile will", "sandbox", p.sb.ID, "err", err)
+		}
 	}
 	s.unreserve(h)
 	return berth.Sandbox{}, false

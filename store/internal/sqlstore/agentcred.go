@@ -22,7 +22,7 @@ const adminRevokedSQL = `SELECT COUNT(*) FROM agent_credentials WHERE agent_id =
 // berth.ErrRevoked when an admin revoked the id: read after the lock, it sees every revoke
 // committed before, and a revoke still to come waits for tx.
 func (s *Store) checkNotRevoked(ctx context.Context, tx *Tx, agentID string) error {
-	if err := s.lockName(ctx, tx, agentCredLock+agentID); err != nil {
+	if err := s.lockName(ctx, tx, agentCredLock+agentID, exclusive); err != nil {
 		return s.errorf("agent %q: %w", agentID, err)
 	}
 	var n int
@@ -103,7 +103,7 @@ func (s *Store) AgentCredentials(ctx context.Context) ([]berth.AgentCredential, 
 func (s *Store) RevokeAgent(ctx context.Context, agentID string, now time.Time) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx *Tx) error {
-		if err := s.lockName(ctx, tx, agentCredLock+agentID); err != nil {
+		if err := s.lockName(ctx, tx, agentCredLock+agentID, exclusive); err != nil {
 			return s.errorf("revoke agent %q: %w", agentID, err)
 		}
 		var count int

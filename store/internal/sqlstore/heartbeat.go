@@ -254,8 +254,8 @@ func (s *Store) writeHeld(ctx context.Context, tx *Tx, hb berth.Heartbeat, sameB
 // news: delete those of gone, upsert those of put (one row per id, heldBatch rows a
 // statement). Each statement answers as an Exec.
 func (s *Store) queueHeld(b *batch, agent string, gone []string, put []berth.HeldSandbox) {
-	for start := 0; start < len(gone); start += 500 {
-		cond, args := s.in("sandbox_id", gone[start:min(start+500, len(gone))])
+	for start := 0; start < len(gone); start += inChunk {
+		cond, args := s.in("sandbox_id", gone[start:min(start+inChunk, len(gone))])
 		b.queue(`DELETE FROM agent_held WHERE agent_id = ? AND `+cond, append([]any{agent}, args...)...)
 	}
 	seen := make(map[string]bool, len(put))

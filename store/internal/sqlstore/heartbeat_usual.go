@@ -75,9 +75,7 @@ func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, reported be
 		// netting finds it gone). testUsualDeltaKeepsOrder pins it.
 		b := &batch{}
 		// First the agent id's credential lock and its admin revokes (checkNotRevoked).
-		if s.d.LockNameSQL != "" {
-			b.queue(s.d.LockNameSQL, agentCredLock+hb.AgentID)
-		}
+		locks := s.queueLockName(b, agentCredLock+hb.AgentID, exclusive)
 		b.queue(adminRevokedSQL, hb.AgentID)
 		checks := len(b.queries)
 		b.queue(updateAgentSQL+usualWhere, append(updateAgentArgs(hb, reported, ended, now),
@@ -88,7 +86,7 @@ func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, reported be
 		b.queue(nettableSQL, nettableArgs(hb)...)
 		out := tx.send(ctx, b)
 		var err error
-		if s.d.LockNameSQL != "" {
+		for range locks {
 			_, err = out.Exec()
 		}
 		var revoked int

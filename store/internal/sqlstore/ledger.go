@@ -91,7 +91,7 @@ func (s *Store) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb be
 		b.queue(lockAgentSQL+s.d.ForUpdate, r.AgentID)
 		b.queue(pendingSQL, r.AgentID, ms(now))
 		b.queue(insertReservationSQL, reservationArgs(r, created)...)
-		locks := s.queueQuotaLock(b, sb.Tenant)
+		locks := s.queueLockName(b, quotaLock+sb.Tenant, shared)
 		b.queue(quotaSQL+s.d.ForUpdate, sb.Tenant)
 		b.queue(insertSandboxSQL, sandboxArgs(sb, meta, key)...)
 		s.queueEvents(tx, b, reservationEvent(r, now), sandboxEvent(sb, reason, actor, now))
@@ -133,7 +133,7 @@ func (s *Store) ReserveAndCreate(ctx context.Context, r berth.Reservation, sb be
 
 // reserveAndCreateOneTrip is ReserveAndCreate in one round trip, where the database decides
 // in SQL (Dialect.WriteCTE) and its pool is a Batcher (PostgreSQL): the agent's row, the
-// tenant's quota lock (shared, queueQuotaLock) and its quota row are locked by the first
+// tenant's quota lock (shared) and its quota row are locked by the first
 // statements, then one statement (reserveAndCreateSQL) inserts the sandbox, its reservation
 // and both events only when the room is there, all in the pipeline's one implicit
 // transaction. The last statement takes its snapshot after the locks are held, so it sums every reservation committed before
@@ -150,16 +150,15 @@ func (s *Store) reserveAndCreateOneTrip(ctx context.Context, r berth.Reservation
 		return false, false, nil
 	}
 	rev, sev := reservationEvent(r, now), sandboxEvent(sb, reason, actor, now)
-	args := []any{r.AgentID, r.MiB, r.AgentID, ms(now), r.MiB, sb.Tenant}
+	args := []any{sb.Tenant, r.AgentID, r.MiB, r.AgentID, ms(now), r.MiB}
 	args = append(args, sandboxArgs(sb, meta, key)...)
 	args = append(args, reservationArgs(r, created)...)
 	for _, e := range []berth.Event{rev, sev} {
 		args = append(args, ms(e.At), e.Entity, e.From, e.To, e.Reason, e.Actor)
 	}
-	args = append(args, sb.Tenant)
 	b := &batch{}
 	b.queue(lockAgentSQL+s.d.ForUpdate, r.AgentID)
-	locks := s.queueQuotaLock(b, sb.Tenant)
+	locks := s.queueLockName(b, quotaLock+sb.Tenant, shared)
 	b.queue(quotaSQL+s.d.ForUpdate, sb.Tenant)
 	b.queue(reserveAndCreateSQL, args...)
 	res := s.pool().send(ctx, b)
@@ -194,17 +193,18 @@ func (s *Store) reserveAndCreateOneTrip(ctx context.Context, r berth.Reservation
 }
 
 // reserveAndCreateSQL inserts a sandbox (sandboxArgs), its reservation (reservationArgs) and
-// their two events only when the agent is known and has the room — its admittable MiB less
-// its unexpired reservations' MiB at least the reservation's, or a reservation of 0 MiB — and
-// the tenant has no quota to count against. Its one row: whether the room was there (0 or
+// their two events only when the tenant has no quota to count against and the agent is known
+// and has the room — its admittable MiB less its unexpired reservations' MiB at least the
+// reservation's, or a reservation of 0 MiB. Its one row: whether the room was there (0 or
 // 1), whether the sandbox went in (0 when another holds its Idempotency-Key) and whether a
-// quota stopped it. The arguments, in order: agent id, MiB, agent id, now (unix ms), MiB,
-// tenant; the sandbox's; the reservation's; the two events' (at, entity, from, to, reason,
-// actor each); tenant.
-const reserveAndCreateSQL = `WITH room AS (
-	SELECT 1 FROM agents WHERE id = ? AND (CAST(? AS BIGINT) = 0 OR memory_mb_admittable -
+// quota stopped it. The arguments, in order: tenant; agent id, MiB, agent id, now (unix ms),
+// MiB; the sandbox's; the reservation's; the two events' (at, entity, from, to, reason, actor
+// each).
+const reserveAndCreateSQL = `WITH quota AS (
+	SELECT EXISTS (SELECT 1 FROM quotas WHERE tenant = ? AND (max_sandboxes > 0 OR max_memory_mb > 0)) AS limited
+), room AS (
+	SELECT 1 FROM agents, quota WHERE NOT quota.limited AND id = ? AND (CAST(? AS BIGINT) = 0 OR memory_mb_admittable -
 		(SELECT COALESCE(SUM(mib), 0) FROM reservations WHERE agent_id = ? AND expires_at > ?) >= CAST(? AS BIGINT))
-	AND NOT EXISTS (SELECT 1 FROM quotas WHERE tenant = ? AND (max_sandboxes > 0 OR max_memory_mb > 0))
 ), sb AS (
 	INSERT INTO sandboxes (` + sandboxColumns + `)
 	SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM room
@@ -221,8 +221,7 @@ const reserveAndCreateSQL = `WITH room AS (
 		(?, ?, ?, ?, ?, ?)) AS e
 	WHERE EXISTS (SELECT 1 FROM res)
 )
-SELECT (SELECT COUNT(*) FROM room), (SELECT COUNT(*) FROM sb),
-	EXISTS (SELECT 1 FROM quotas WHERE tenant = ? AND (max_sandboxes > 0 OR max_memory_mb > 0))`
+SELECT (SELECT COUNT(*) FROM room), (SELECT COUNT(*) FROM sb), (SELECT limited FROM quota)`
 
 // Sentinels of ReserveAndCreate's batch: each rolls the transaction back.
 var (

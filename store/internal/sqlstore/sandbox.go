@@ -99,10 +99,8 @@ func (s *Store) createSandboxTx(ctx context.Context, tx *Tx, sb berth.Sandbox, m
 	if !sb.State.Terminal() {
 		// ADM-11: hard limits, checked in the insert's transaction under the tenant's
 		// quota lock and quota row lock, so replicas cannot overshoot together.
-		if s.d.LockNameSharedSQL != "" {
-			if err := tx.Exec(ctx, s.d.LockNameSharedSQL, quotaLock+sb.Tenant); err != nil {
-				return berth.Event{}, s.errorf("quota lock of %q: %w", sb.Tenant, err)
-			}
+		if err := s.lockName(ctx, tx, quotaLock+sb.Tenant, shared); err != nil {
+			return berth.Event{}, s.errorf("quota lock of %q: %w", sb.Tenant, err)
 		}
 		q, err := s.quotaOf(ctx, tx.conn, sb.Tenant, true)
 		if err != nil {
@@ -427,25 +425,16 @@ func (s *Store) scanSandbox(r scanner) (berth.Sandbox, error) {
 // EndedSandboxes implements berth.SandboxStore (AGT-6): the ids that are terminal or unknown.
 func (s *Store) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
 	live := make(map[string]bool, len(ids))
-	for start := 0; start < len(ids); start += 500 {
-		chunk := ids[start:min(start+500, len(ids))]
-		cond, args := s.in("id", chunk)
-		rows, err := s.pool().query(ctx, `SELECT id, state FROM sandboxes WHERE `+cond, args...)
-		if err != nil {
-			return nil, s.errorf("ended sandboxes: %w", err)
+	err := s.queryIn(ctx, "ended sandboxes", `SELECT id, state FROM sandboxes WHERE `, nil, "id", ids, "", func(rows Rows) error {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return err
 		}
-		for rows.Next() {
-			var id, state string
-			if err := rows.Scan(&id, &state); err != nil {
-				rows.Close()
-				return nil, s.errorf("ended sandboxes: %w", err)
-			}
-			live[id] = !berth.SandboxState(state).Terminal()
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, s.errorf("ended sandboxes: %w", err)
-		}
+		live[id] = !berth.SandboxState(state).Terminal()
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var ended []string
 	for _, id := range ids {

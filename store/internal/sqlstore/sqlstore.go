@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -136,16 +137,42 @@ func New(db DB, d Dialect) *Store {
 	if d.NotifyAgent == nil {
 		d.NotifyAgent = func(context.Context, *Tx, string) error { return nil }
 	}
-
 	return &Store{db: db, d: d}
 }
 
-// lockName runs Dialect.LockNameSQL for name in tx (nothing where it is empty).
-func (s *Store) lockName(ctx context.Context, tx *Tx, name string) error {
-	if s.d.LockNameSQL == "" {
+// Lock modes of a named lock (Dialect.LockNameSQL, LockNameSharedSQL).
+const (
+	exclusive = false
+	shared    = true
+)
+
+// lockSQL is the dialect's statement taking a named lock in mode shared or exclusive; ""
+// where the dialect has none.
+func (s *Store) lockSQL(shared bool) string {
+	if shared {
+		return s.d.LockNameSharedSQL
+	}
+	return s.d.LockNameSQL
+}
+
+// lockName takes the named lock in tx (nothing where the dialect has none).
+func (s *Store) lockName(ctx context.Context, tx *Tx, name string, shared bool) error {
+	q := s.lockSQL(shared)
+	if q == "" {
 		return nil
 	}
-	return tx.Exec(ctx, s.d.LockNameSQL, name)
+	return tx.Exec(ctx, q, name)
+}
+
+// queueLockName queues the named lock in b where the dialect has one, and returns how many
+// statements it queued (0 or 1), whose answers the reader skips.
+func (s *Store) queueLockName(b *batch, name string, shared bool) int {
+	q := s.lockSQL(shared)
+	if q == "" {
+		return 0
+	}
+	b.queue(q, name)
+	return 1
 }
 
 // LogEvents implements berth.EventLogger: fn sees every event after its commit.
@@ -340,6 +367,33 @@ func (s *Store) in(col string, vals []string) (string, []any) {
 		args[i] = v
 	}
 	return col + " IN (" + placeholders(len(vals)) + ")", args
+}
+
+// inChunk is how many values one "col IN (…)" condition carries (queryIn, queueHeld): a long
+// list goes in several statements.
+const inChunk = 500
+
+// queryIn runs head + "col is one of vals" + tail, with args before the list's own, once per
+// inChunk values, and hands every row to scan. what names the read in errors.
+func (s *Store) queryIn(ctx context.Context, what, head string, args []any, col string, vals []string, tail string, scan func(Rows) error) error {
+	for start := 0; start < len(vals); start += inChunk {
+		cond, inArgs := s.in(col, vals[start:min(start+inChunk, len(vals))])
+		rows, err := s.pool().query(ctx, head+cond+tail, append(slices.Clone(args), inArgs...)...)
+		if err != nil {
+			return s.errorf("%s: %w", what, err)
+		}
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				rows.Close()
+				return s.errorf("%s: %w", what, err)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return s.errorf("%s: %w", what, err)
+		}
+	}
+	return nil
 }
 
 // terminalStates lists the terminal sandbox states (LIF-1) for SQL IN clauses.

@@ -99,10 +99,8 @@ func (s *Store) SetQuota(ctx context.Context, q berth.Quota, actor string, now t
 	return s.inTx(ctx, func(tx *Tx) error {
 		// First the tenant's quota lock, exclusively: it waits for every create of the tenant
 		// still deciding without a quota, and the creates after it see this one (ADM-11).
-		if s.d.LockNameSQL != "" {
-			if err := tx.Exec(ctx, s.d.LockNameSQL, quotaLock+q.Tenant); err != nil {
-				return s.errorf("quota of %q: %w", q.Tenant, err)
-			}
+		if err := s.lockName(ctx, tx, quotaLock+q.Tenant, exclusive); err != nil {
+			return s.errorf("quota of %q: %w", q.Tenant, err)
 		}
 		var name string
 		if err := tx.queryRow(ctx, `SELECT name FROM tenants WHERE name = ?`, q.Tenant).Scan(&name); err != nil {
@@ -127,22 +125,12 @@ func (s *Store) Quota(ctx context.Context, tenant string) (berth.Quota, error) {
 }
 
 // quotaLock prefixes a tenant's name into the name of its quota lock (Dialect.LockNameSQL).
-// A create takes it shared before it reads the quota (queueQuotaLock) and SetQuota takes it
+// A create takes it shared before it reads the quota and SetQuota takes it
 // exclusively: the quota row's own lock serialises the creates of a tenant that has a quota,
 // but a tenant without one has no row to lock, and a quota set while such a create was
 // deciding used to let the creates after it count usage without that one (found by an
 // attack: 2 live sandboxes under MaxSandboxes=1).
 const quotaLock = "quota/"
-
-// queueQuotaLock queues the shared quota lock of tenant in b, where the dialect has one, and
-// returns how many statements it queued (0 or 1), whose answers the reader skips.
-func (s *Store) queueQuotaLock(b *batch, tenant string) int {
-	if s.d.LockNameSharedSQL == "" {
-		return 0
-	}
-	b.queue(s.d.LockNameSharedSQL, quotaLock+tenant)
-	return 1
-}
 
 // quotaSQL reads a tenant's quota row (Dialect.ForUpdate appended to lock it, ADM-11).
 const quotaSQL = `SELECT max_sandboxes, max_memory_mb FROM quotas WHERE tenant = ?`

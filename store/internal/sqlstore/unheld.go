@@ -107,26 +107,18 @@ func (s *Store) enteredRunning(ctx context.Context, cands []berth.UnheldSandbox)
 		entities[i] = "sandbox/" + u.ID
 	}
 	since := make(map[string]time.Time, len(cands))
-	for start := 0; start < len(entities); start += 500 {
-		cond, args := s.in("entity", entities[start:min(start+500, len(entities))])
-		rows, err := s.pool().query(ctx, enteredRunningSQL+cond+` GROUP BY entity`,
-			append([]any{string(berth.SandboxRunning)}, args...)...)
-		if err != nil {
-			return nil, s.errorf("unheld running sandboxes: %w", err)
-		}
-		for rows.Next() {
+	err := s.queryIn(ctx, "unheld running sandboxes", enteredRunningSQL, []any{string(berth.SandboxRunning)}, "entity", entities,
+		` GROUP BY entity`, func(rows Rows) error {
 			var entity string
 			var at int64
 			if err := rows.Scan(&entity, &at); err != nil {
-				rows.Close()
-				return nil, s.errorf("unheld running sandboxes: %w", err)
+				return err
 			}
 			since[entity] = fromMS(at)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, s.errorf("unheld running sandboxes: %w", err)
-		}
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
 	return since, nil
 }
