@@ -12,7 +12,10 @@ import (
 
 // TestAgentRoutesRefuseBadText (an attack found it, on PostgreSQL): an agent id in the path
 // with a NUL byte or invalid UTF-8, and heartbeat text fields with a NUL character, reached
-// the store and came back 500 internal; they are bad input, 400 invalid_request.
+// the store and came back 500 internal; they are bad input, 400 invalid_request. So are a
+// sandbox id too long for the store's indexes and a heartbeat_at outside years 1–9999 (a
+// later attack: the first was a 500 on PostgreSQL, the second left GET /v1/agents 200 and
+// empty).
 func TestAgentRoutesRefuseBadText(t *testing.T) {
 	rs := newReplicaSet(t, 1, nil)
 	secret := NewKeySecret()
@@ -39,6 +42,13 @@ func TestAgentRoutesRefuseBadText(t *testing.T) {
 		hb + `,"sandboxes":[{"id":"a\u0000"}]}`,
 		hb + `,"region":"\u0000"}`,
 		`{"agent_id":"ok1","address":"http://127.0.0.1:1","memory_admission":"committed","seq":3,"base_seq":2,"delta":true,"boot_id":"\u0000","removed":["\u0000"]}`,
+		// A sandbox id longer than the store's indexes take (a 500 on PostgreSQL), whole or
+		// in a delta, and a time JSON cannot write back (it emptied every GET /v1/agents).
+		hb + `,"sandboxes":[{"id":"` + strings.Repeat("x", 6000) + `"}]}`,
+		`{"agent_id":"ok1","address":"http://127.0.0.1:1","memory_admission":"committed","seq":3,"base_seq":2,"delta":true,"boot_id":"b1","sandboxes":[{"id":"` + strings.Repeat("x", 6000) + `"}]}`,
+		hb + `,"ended":[{"id":"` + strings.Repeat("x", 129) + `","state":"failed"}]}`,
+		hb + `,"heartbeat_at":"0000-01-01T00:00:00+01:00"}`,
+		hb + `,"heartbeat_at":"9999-12-31T23:59:59-01:00"}`,
 	} {
 		if code, got := send(http.MethodPost, "/v1/agents/heartbeat", secret, body); code != http.StatusBadRequest || !strings.Contains(got, berth.EInvalidRequest) {
 			t.Errorf("heartbeat %s: %d %s, want 400 invalid_request", body, code, got)
@@ -46,5 +56,8 @@ func TestAgentRoutesRefuseBadText(t *testing.T) {
 	}
 	if code, got := send(http.MethodPost, "/v1/agents/heartbeat", secret, hb+`}`); code != http.StatusOK {
 		t.Errorf("a good heartbeat: %d %s, want 200", code, got)
+	}
+	if code, got := send(http.MethodGet, "/v1/agents", rs.key, ""); code != http.StatusOK || !strings.Contains(got, `"ok1"`) {
+		t.Errorf("GET /v1/agents after the bad heartbeats: %d %q, want 200 listing ok1", code, got)
 	}
 }

@@ -323,13 +323,29 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 	// would turn this heartbeat into a 500 (JSON decoding already replaced invalid UTF-8).
 	nul := slices.ContainsFunc([]string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime}, hasNUL) ||
 		slices.ContainsFunc(hb.Removed, hasNUL) ||
-		slices.ContainsFunc(hb.Sandboxes, func(h berth.HeldSandbox) bool { return hasNUL(h.ID) }) ||
-		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return hasNUL(e.ID) || hasNUL(e.Reason) })
+		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return hasNUL(e.Reason) })
 	if nul {
 		return berth.Errorf(berth.EInvalidRequest, "heartbeat text fields must not contain a NUL character")
 	}
+	// Sandbox ids are keys of the store's indexes, which refuse entries longer than a few KB
+	// (a 500 on PostgreSQL, found by an attack): an id is 1–128 bytes without a NUL.
+	badID := func(id string) bool { return len(id) > maxHeldIDBytes || hasNUL(id) }
+	if slices.ContainsFunc(hb.Removed, badID) ||
+		slices.ContainsFunc(hb.Sandboxes, func(h berth.HeldSandbox) bool { return badID(h.ID) }) ||
+		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return badID(e.ID) }) {
+		return berth.Errorf(berth.EInvalidRequest, "sandbox ids in a heartbeat must be at most %d bytes, without a NUL character", maxHeldIDBytes)
+	}
+	// A time JSON cannot write back (outside years 0–9999 in UTC) would break every listing of
+	// the fleet (found by an attack); the zero time means "not sent".
+	if y := hb.HeartbeatAt.UTC().Year(); !hb.HeartbeatAt.IsZero() && (y < 1 || y > 9999) {
+		return berth.Errorf(berth.EInvalidRequest, "heartbeat_at must be a time in years 1–9999")
+	}
 	return nil
 }
+
+// maxHeldIDBytes bounds a sandbox id an agent reports (validateHeartbeat): the server's own
+// are "sb-" and 16 hex digits.
+const maxHeldIDBytes = 128
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 

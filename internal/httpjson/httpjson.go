@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -48,11 +49,19 @@ func StatusFor(code string) int {
 	return http.StatusInternalServerError
 }
 
-// WriteJSON writes v as JSON with the given status.
+// WriteJSON writes v as JSON with the given status. v is encoded before anything is sent: a
+// value that cannot be encoded (a time outside years 0–9999, say) is a 500 internal error,
+// never a status with an empty body (found by an attack: one agent's heartbeat time left
+// GET /v1/agents answering 200 and nothing).
 func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		WriteError(w, "", fmt.Errorf("encode the answer: %w", err))
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // WriteError writes err as an API-2 error body. Errors that are not *berth.Error, and every

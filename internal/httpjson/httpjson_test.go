@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/google/go-cmp/cmp"
@@ -154,5 +155,20 @@ func TestEchoRequestID(t *testing.T) {
 			(tc.want == "" && got == tc.sent) {
 			t.Errorf("sent %q: body request_id %q header %q, want %q (or a fresh one)", tc.sent, got, w.Header().Get(berth.HeaderRequestID), tc.want)
 		}
+	}
+}
+
+// TestWriteJSONUnencodable: a value JSON cannot encode (a time in year 10000) is answered 500
+// internal with an error body, never the status asked for with an empty body.
+func TestWriteJSONUnencodable(t *testing.T) {
+	w := httptest.NewRecorder()
+	WriteJSON(w, http.StatusOK, map[string]any{"at": time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"internal"`) {
+		t.Fatalf("WriteJSON of an unencodable value: %d %q; want 500 with an internal error body", w.Code, w.Body.String())
+	}
+	w = httptest.NewRecorder()
+	WriteJSON(w, http.StatusCreated, map[string]int{"n": 1})
+	if w.Code != http.StatusCreated || w.Body.String() != "{\"n\":1}\n" || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("WriteJSON: %d %q %q", w.Code, w.Body.String(), w.Header().Get("Content-Type"))
 	}
 }
