@@ -140,6 +140,17 @@ func (h Heartbeat) Overtaken(appliedBoot string, appliedSeq int64) bool {
 	return appliedBoot == h.BootID && h.Seq > 0 && h.Seq <= appliedSeq
 }
 
+// AgentChanges is one read of the agent table by AgentStore.AgentsChangedSince.
+type AgentChanges struct {
+	// Agents are the agents read, without held lists, in no particular order.
+	Agents []Agent
+	// Full says Agents is every agent; otherwise it is those changed since the cursor given.
+	Full bool
+	// Cursor is what the next read passes to get the changes after this one ("": none,
+	// the next read is whole). It is opaque and means nothing to another store.
+	Cursor string
+}
+
 // Agent is the store's record of an agent: its latest heartbeat, when the server received it,
 // and the status an operator set (a drain marked through the API sticks until undrain).
 type Agent struct {

@@ -34,11 +34,16 @@ type AgentStore interface {
 	RecordHeartbeat(ctx context.Context, hb Heartbeat, now time.Time) (HeartbeatResult, error)
 	// Agents returns every known agent.
 	Agents(ctx context.Context) ([]Agent, error)
-	// AgentsWithoutHeld returns every known agent without its held list (Sandboxes empty):
-	// one read of the agent table, what placement's snapshot needs. A fleet's held lists are
-	// ten times its agents or more, and a replica re-reads the snapshot every few seconds
-	// (issue 16, goal 2).
-	AgentsWithoutHeld(ctx context.Context) ([]Agent, error)
+	// AgentsChangedSince reads the agent table for placement's snapshot, without held lists
+	// (Sandboxes empty: a fleet's held lists are ten times its agents or more). Given the
+	// Cursor of an earlier read it may return only the agents whose rows changed since that
+	// read (Full false): every change committed after the earlier read took its cursor is
+	// among them, whatever order the changes committed in. Given "" or a cursor it cannot
+	// use, or wherever it cannot tell, it returns every agent (Full true). A replica
+	// re-reads every second, and a heartbeat changes its agent's row every 10 s, so at
+	// 10,000 agents a read since the last one is about a tenth of the table (issue 16,
+	// goal 2). Agents are never deleted, so a changed set is all a reader needs to merge.
+	AgentsChangedSince(ctx context.Context, cursor string) (AgentChanges, error)
 	// Agent returns one agent or an error wrapping ErrNotFound.
 	Agent(ctx context.Context, id string) (Agent, error)
 	// SetAgentDrain marks (draining=true) or clears an operator drain, with an event.

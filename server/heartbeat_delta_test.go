@@ -70,10 +70,10 @@ type countingAgents struct {
 	release chan struct{}
 }
 
-func (c *countingAgents) AgentsWithoutHeld(ctx context.Context) ([]berth.Agent, error) {
+func (c *countingAgents) AgentsChangedSince(ctx context.Context, cursor string) (berth.AgentChanges, error) {
 	c.reads.Add(1)
 	<-c.release
-	return c.Store.AgentsWithoutHeld(ctx)
+	return c.Store.AgentsChangedSince(ctx, cursor)
 }
 
 // TestRefreshIfStale_SingleFlight (issue 16, goal 2): creates that find the snapshot stale at

@@ -446,7 +446,7 @@ func (s *Server) watchAgents(ctx context.Context, w berth.AgentWatcher) {
 				return
 			case id := <-changed:
 				if id == "" {
-					_ = s.sched.refresh(ctx)
+					_ = s.sched.refreshAll(ctx)
 					continue
 				}
 				if a, err := s.store.Agent(ctx, id); err == nil {

@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,9 @@ type fleetConfig struct {
 	// ingest while creates run); they take no placements.
 	SimAgents   int
 	SimInterval time.Duration
+	// CPUProfile, when set, is a file the creates' CPU profile of this process is written
+	// to (go tool pprof reads it).
+	CPUProfile string
 }
 
 // fleetReport is what one `bench fleet` run measured.
@@ -110,6 +114,7 @@ func newBenchFleetCmd() *cobra.Command {
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to send creates (at most 10m)")
 	f.IntVar(&cfg.SimAgents, "sim-agents", 0, "simulated agents (0–20000) heartbeating beside the no-op ones, each holding 10 sandboxes and sending deltas; they take no placements")
 	f.DurationVar(&cfg.SimInterval, "sim-interval", 10*time.Second, "the simulated agents' heartbeat period")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of this process while the creates run to this file (go tool pprof)")
 	f.BoolVar(&cfg.PGBench, "pgbench", cfg.PGBench, "on PostgreSQL, also run pgbench for --duration with --clients (when it is installed): a single-row insert, then a create's SQL replayed")
 	return cmd
 }
@@ -160,14 +165,20 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 	ctx, stop := context.WithCancel(ctx)
 	agentsCtx, stopAgents := context.WithCancel(ctx)
 	var wg, agents sync.WaitGroup
-	var servers []*http.Server // closed before the wait: their Serve returns then
+	var servers []*http.Server // shut down before the wait: their Serve returns then
 	var closers []func()       // after it: the stores
 	defer func() {
 		stopAgents() // first, while the replicas still take their last heartbeats
 		agents.Wait()
 		stop()
+		// Shutdown, not Close: a handler still running (a heartbeat whose client gave up)
+		// finishes before its store closes, instead of failing with "closed pool".
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		for _, hs := range servers {
-			_ = hs.Close()
+			if hs.Shutdown(shut) != nil {
+				_ = hs.Close()
+			}
 		}
 		wg.Wait()
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -249,10 +260,16 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 		}
 		return d
 	}
+	stopProfile, err := startCPUProfile(cfg.CPUProfile)
+	if err != nil {
+		return rep, err
+	}
+	defer stopProfile()
 	before, self0, pg0, wall0 := trips(), cpustat.Self(), pgCPU(), time.Now()
 	rep.Create, err = runBenchCreate(ctx, benchConfig{URLs: urls, Key: adminKey, Clients: cfg.Clients,
 		Duration: cfg.Duration, MaxCreates: 10_000_000, Template: "shell", Cleanup: true,
 		AfterCreates: func() {
+			stopProfile()
 			rep.SelfCPU, rep.PGCPU, rep.Wall = cpustat.Self()-self0, pgCPU()-pg0, time.Since(wall0)
 			rep.RoundTrips = trips() - before
 			rep.SimAcked, rep.SimResyncs, rep.SimFailed = sim.Acked.Load()-acked, sim.Resyncs.Load()-resyncs, sim.Failed.Load()-failed
@@ -270,6 +287,29 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// startCPUProfile starts writing this process's CPU profile to path ("": nothing) and returns
+// what stops it; calling that more than once stops it once.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
 }
 
 // postmasterOf is the process id of the PostgreSQL server behind db, when it runs on this

@@ -59,7 +59,8 @@ type Store struct {
 
 // dialect is PostgreSQL's part of the shared store: $n placeholders, SELECT … FOR UPDATE row
 // locks (replicas serialise on the rows a write reads, LED-1), GREATEST, agent changes as
-// NOTIFY in the transaction (PLC-5), and deadlock (40P01) or serialisation (40001) victims
+// NOTIFY in the transaction (PLC-5), change cursors from transaction ids (a read of the agents
+// changed since the last one, issue 16 goal 2), and deadlock (40P01) or serialisation (40001) victims
 // retried.
 func dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
@@ -74,6 +75,12 @@ func dialect() sqlstore.Dialect {
 		// A 64-bit hash of the name: a collision only makes two names wait for each other.
 		LockNameSQL:       `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`,
 		LockNameSharedSQL: `SELECT pg_advisory_xact_lock_shared(hashtextextended(?, 0))`,
+		// A read's cursor is the xmin of a snapshot taken just before it: every transaction
+		// numbered below it had ended, so the read saw what it committed. A row's xmin is the
+		// transaction that last wrote it; age() compares two 32-bit ids modulo wraparound
+		// (a cursor is seconds old, a frozen row's age is the largest there is).
+		ChangeCursorSQL: `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`,
+		ChangedSinceSQL: `age(xmin) <= age(CAST(CAST(? AS text) AS xid8)::xid)`,
 		NotifyAgent: func(ctx context.Context, tx *sqlstore.Tx, id string) error {
 			if err := tx.Exec(ctx, `SELECT pg_notify(?, ?)`, AgentsChannel, id); err != nil {
 				return fmt.Errorf("postgres: notify agent %q: %w", id, err)

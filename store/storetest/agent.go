@@ -443,29 +443,98 @@ func testOOMEvents(t *testing.T, s berth.Store) {
 	}
 }
 
-// testAgentsWithoutHeld: AgentsWithoutHeld is Agents with every held list empty (issue 16,
-// goal 2: placement's snapshot reads the agent table alone).
-func testAgentsWithoutHeld(t *testing.T, s berth.Store) {
+// testAgentsChangedSince (issue 16, goal 2): a read with no cursor is every agent without
+// held lists; a read since a cursor returns every agent written after it — by a heartbeat, a
+// drain, a join — and, merged by id into what was read before, equals a whole read.
+func testAgentsChangedSince(t *testing.T, s berth.Store) {
 	ctx := t.Context()
 	hb := heartbeat("a1", 4096)
 	hb.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 100, Measured: true}, {ID: "sb-2", Starting: true}}
 	mustHeartbeat(t, s, hb, T0)
 	mustHeartbeat(t, s, heartbeat("a2", 2048), T0)
-	full, err := s.Agents(ctx)
-	if err != nil {
-		t.Fatal(err)
+	read := func(cursor string) berth.AgentChanges {
+		t.Helper()
+		c, err := s.AgentsChangedSince(ctx, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range c.Agents {
+			if a.Sandboxes == nil || len(a.Sandboxes) > 0 {
+				t.Fatalf("agent %s read with held list %v; want empty, not nil", a.AgentID, a.Sandboxes)
+			}
+		}
+		return c
 	}
-	if len(full) != 2 || len(full[0].Sandboxes) != 2 {
-		t.Fatalf("Agents = %+v; want a1 with its 2 held sandboxes, and a2", full)
+	merged := map[string]berth.Agent{}
+	merge := func(c berth.AgentChanges) {
+		if c.Full {
+			clear(merged)
+		}
+		for _, a := range c.Agents {
+			merged[a.AgentID] = a
+		}
 	}
-	brief, err := s.AgentsWithoutHeld(ctx)
-	if err != nil {
-		t.Fatal(err)
+	whole := func(when string) {
+		t.Helper()
+		full, err := s.Agents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]berth.Agent, 0, len(merged))
+		for i := range full {
+			full[i].Sandboxes = []berth.HeldSandbox{}
+			got = append(got, merged[full[i].AgentID])
+		}
+		if len(merged) != len(full) {
+			t.Fatalf("%s: %d agents merged from the reads, the store has %d", when, len(merged), len(full))
+		}
+		if diff := cmp.Diff(full, got); diff != "" {
+			t.Errorf("%s: the reads merged differ from a whole read (-whole +merged):\n%s", when, diff)
+		}
 	}
-	for i := range full {
-		full[i].Sandboxes = []berth.HeldSandbox{}
+
+	first := read("")
+	if !first.Full || len(first.Agents) != 2 {
+		t.Fatalf("a read without a cursor: full %v, %d agents; want every agent (2)", first.Full, len(first.Agents))
 	}
-	if diff := cmp.Diff(full, brief); diff != "" {
-		t.Errorf("AgentsWithoutHeld differs from Agents without the held lists (-Agents +AgentsWithoutHeld):\n%s", diff)
+	merge(first)
+	whole("first read")
+
+	cursor := first.Cursor
+	steps := []struct {
+		what    string
+		changed string
+		write   func() error
+	}{
+		{"a heartbeat", "a1", func() error {
+			hb := heartbeat("a1", 3000)
+			_, err := s.ApplyHeartbeat(ctx, hb, at(time.Second))
+			return err
+		}},
+		{"a drain", "a2", func() error { return s.SetAgentDrain(ctx, "a2", true, "kernel upgrade", "op", at(2*time.Second)) }},
+		{"a join", "a3", func() error {
+			_, err := s.ApplyHeartbeat(ctx, heartbeat("a3", 1024), at(3*time.Second))
+			return err
+		}},
+		{"nothing", "", func() error { return nil }},
+	}
+	for _, st := range steps {
+		if err := st.write(); err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+		c := read(cursor)
+		found := st.changed == ""
+		for _, a := range c.Agents {
+			found = found || a.AgentID == st.changed
+		}
+		if !found {
+			t.Fatalf("the read after %s (cursor %q, full %v) misses agent %s", st.what, cursor, c.Full, st.changed)
+		}
+		merge(c)
+		whole("after " + st.what)
+		cursor = c.Cursor
+	}
+	if c := read("not-a-cursor"); !c.Full || len(c.Agents) != 3 {
+		t.Errorf("a read with a cursor the store never gave: full %v, %d agents; want every agent (3)", c.Full, len(c.Agents))
 	}
 }

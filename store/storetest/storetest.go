@@ -73,7 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"Quota", one(testQuota)},
 		{"OOMEvents", one(testOOMEvents)},
 		{"HeldDelta", one(testHeldDelta)},
-		{"AgentsWithoutHeld", one(testAgentsWithoutHeld)},
+		{"AgentsChangedSince", one(testAgentsChangedSince)},
 		{"HeldDeltaNetsAndPromotes", one(testHeldDeltaNetsAndPromotes)},
 		{"UsualDeltaKeepsOrder", one(testUsualDeltaKeepsOrder)},
 		{"Reserve", testReserve},

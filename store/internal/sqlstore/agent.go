@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"database/sql"
@@ -24,17 +25,40 @@ const DefaultDrainReason = "operator drain"
 
 // Agents returns every known agent ordered by id.
 func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
-	out, err := s.AgentsWithoutHeld(ctx)
+	out, err := s.readAgents(ctx, ` ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	return out, s.fillHeld(ctx, out)
 }
 
-// AgentsWithoutHeld implements berth.Store: the agent table alone, each agent's Sandboxes
-// empty (not nil).
-func (s *Store) AgentsWithoutHeld(ctx context.Context) ([]berth.Agent, error) {
-	rows, err := s.pool().query(ctx, `SELECT `+agentColumns+` FROM agents ORDER BY id`)
+// AgentsChangedSince implements berth.Store (issue 16, goal 2). Where the dialect keeps
+// change cursors (Dialect.ChangeCursorSQL), it takes a new cursor first and then reads the
+// rows written by transactions the earlier cursor's read could not have seen; a cursor
+// that is not one of its own ("" included) gets a whole read. Elsewhere every read is whole
+// and Cursor is "".
+func (s *Store) AgentsChangedSince(ctx context.Context, cursor string) (berth.AgentChanges, error) {
+	out := berth.AgentChanges{Full: true}
+	where, args := "", []any(nil)
+	if s.d.ChangeCursorSQL != "" {
+		// The cursor is taken before the read: a change it does not cover commits after
+		// it, so the next read's condition finds it even if this read missed it.
+		if err := s.pool().queryRow(ctx, s.d.ChangeCursorSQL).Scan(&out.Cursor); err != nil {
+			return out, s.errorf("agent change cursor: %w", err)
+		}
+		if _, err := strconv.ParseInt(cursor, 10, 64); err == nil {
+			where, args, out.Full = ` WHERE `+s.d.ChangedSinceSQL, []any{cursor}, false
+		}
+	}
+	agents, err := s.readAgents(ctx, where, args...)
+	out.Agents = agents
+	return out, err
+}
+
+// readAgents reads the agent rows that tail (a WHERE and/or ORDER BY clause, or "")
+// selects, each agent's Sandboxes empty (not nil).
+func (s *Store) readAgents(ctx context.Context, tail string, args ...any) ([]berth.Agent, error) {
+	rows, err := s.pool().query(ctx, `SELECT `+agentColumns+` FROM agents`+tail, args...)
 	if err != nil {
 		return nil, s.errorf("agents: %w", err)
 	}
