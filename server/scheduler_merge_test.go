@@ -3,10 +3,15 @@ package server
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/store/postgres"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -82,4 +87,85 @@ func TestRefreshMergesChanges(t *testing.T) {
 			t.Errorf("agents known after the merge: %d, first %q; want 6 sorted by id", len(s.known), s.known[0].AgentID)
 		}
 	})
+}
+
+// BenchmarkSnapshotRefresh (issue 16, goal 2): one refresh of a replica's placement snapshot
+// on PostgreSQL with BERTH_BENCH_FLEET_AGENTS agents (default 10,000), a tenth of whose rows
+// were written since the last refresh (a heartbeat every 10 s, a refresh every second).
+// read=whole re-reads the agent table (before), read=changed reads the rows changed since
+// (after). It reports this process's and PostgreSQL's CPU per refresh; the writes between
+// refreshes are not counted.
+//
+//	go test ./server -run '^$' -bench BenchmarkSnapshotRefresh -benchtime 20x
+func BenchmarkSnapshotRefresh(b *testing.B) {
+	n := envInt("BERTH_BENCH_FLEET_AGENTS", 10000)
+	ctx := context.Background()
+	url := pgtest.Start(b).NewDatabase(b)
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				hb := berth.Heartbeat{AgentID: ids[i], Address: "http://127.0.0.1:1", Status: berth.AgentActive, CPUTotal: 8,
+					MemoryMiBTotal: 65536, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBAdmittable: 60000,
+					IntakeOpen: true, BootID: "b1"}
+				if _, err := st.ApplyHeartbeat(ctx, hb, time.Now()); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for i := range ids {
+		ids[i] = fmt.Sprintf("agent-%05d", i)
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE agents`); err != nil {
+		b.Fatal(err)
+	}
+	for _, whole := range []bool{true, false} {
+		b.Run(map[bool]string{true: "read=whole", false: "read=changed"}[whole], func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Clock = time.Now
+			s := newScheduler(st, cfg, nil, nil)
+			if err := s.refreshAll(ctx); err != nil {
+				b.Fatal(err)
+			}
+			var self, pg int64
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				tenth := ids[(i%10)*n/10 : (i%10+1)*n/10]
+				if _, err := conn.Exec(ctx, `UPDATE agents SET cpu_used = cpu_used + 1 WHERE id = ANY($1)`, tenth); err != nil {
+					b.Fatal(err)
+				}
+				self0, pg0 := selfCPU(), postgresCPU()
+				b.StartTimer()
+				if whole {
+					err = s.refreshAll(ctx)
+				} else {
+					err = s.refresh(ctx)
+				}
+				b.StopTimer()
+				self, pg = self+selfCPU()-self0, pg+postgresCPU()-pg0
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(self)/float64(b.N)/1e6, "server-ms/op")
+			b.ReportMetric(float64(pg)/float64(b.N)/1e6, "pg-ms/op")
+		})
+	}
 }

@@ -69,3 +69,18 @@ func TestAgentsChangedSinceSeesLateCommits(t *testing.T) {
 		t.Errorf("a read with nothing written since the last: full %v, %d agents; want none", quiet.Full, len(quiet.Agents))
 	}
 }
+
+// TestAgentsChangedSinceFromAheadReadsAll: a cursor ahead of the database's transactions
+// (a database restored from a dump under a running replica) gets a whole read, not an empty
+// one that would keep every agent as it was.
+func TestAgentsChangedSinceFromAheadReadsAll(t *testing.T) {
+	o := newOneTrip(t, 4096)
+	c, err := o.st.AgentsChangedSince(t.Context(), "9000000000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Full || len(c.Agents) != 2 {
+		t.Errorf("a read from a cursor ahead of the database: full %v, %d agents; want both agents", c.Full, len(c.Agents))
+	}
+}
+

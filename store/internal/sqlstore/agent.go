@@ -35,7 +35,7 @@ func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
 // AgentsChangedSince implements berth.Store (issue 16, goal 2). Where the dialect keeps
 // change cursors (Dialect.ChangeCursorSQL), it takes a new cursor first and then reads the
 // rows written by transactions the earlier cursor's read could not have seen; a cursor
-// that is not one of its own ("" included) gets a whole read. Elsewhere every read is whole
+// that is not one of its own ("" included, or one ahead of the database's) gets a whole read. Elsewhere every read is whole
 // and Cursor is "".
 func (s *Store) AgentsChangedSince(ctx context.Context, cursor string) (berth.AgentChanges, error) {
 	out := berth.AgentChanges{Full: true}
@@ -46,7 +46,11 @@ func (s *Store) AgentsChangedSince(ctx context.Context, cursor string) (berth.Ag
 		if err := s.pool().queryRow(ctx, s.d.ChangeCursorSQL).Scan(&out.Cursor); err != nil {
 			return out, s.errorf("agent change cursor: %w", err)
 		}
-		if _, err := strconv.ParseInt(cursor, 10, 64); err == nil {
+		// A cursor ahead of the new one is not this database's (restored from a dump, or
+		// another server): read everything.
+		was, err1 := strconv.ParseInt(cursor, 10, 64)
+		now, err2 := strconv.ParseInt(out.Cursor, 10, 64)
+		if err1 == nil && err2 == nil && was <= now {
 			where, args, out.Full = ` WHERE `+s.d.ChangedSinceSQL, []any{cursor}, false
 		}
 	}
