@@ -25,6 +25,10 @@ const (
 	HeaderAgentCall = "X-Berth-Agent-Call"
 	// HeaderRequestID echoes the request id that also appears in error bodies and logs.
 	HeaderRequestID = "X-Request-Id"
+	// HeaderTimeout is how long a server waits for an agent's answer, in whole milliseconds,
+	// sent on every call that has a deadline. An agent bounds a checkpoint by it (PAUSE-1),
+	// so none runs on after the server gave up; agents of older releases ignore it.
+	HeaderTimeout = "X-Berth-Timeout-Ms"
 )
 
 // ErrorBody is the JSON body of every non-2xx answer (API-2):

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -198,16 +199,41 @@ func dirBytes(dir string) int64 {
 	return n
 }
 
+// handleCheckpoint is POST /internal/sandboxes/{id}/checkpoint. A checkpoint is bounded by
+// the calling server's wait (berth.HeaderTimeout) less a margin for the answer's way back:
+// one that would outlast it stops, and the guest runs on here (Checkpoint's failure paths).
+// Unbounded, a checkpoint cut off from its server (a partition; the connection never seen to
+// close) could store its image and stop the guest after the server's sweeper had recorded the
+// sandbox running again, and the sandbox would end lost with its image orphaned.
 func (a *Agent) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	var req berth.CheckpointRequest
 	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	res, err := a.Checkpoint(r.Context(), r.PathValue("id"), req.Image)
+	ctx := r.Context()
+	if wait, ok := callerWait(r); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait-min(time.Second, wait/10))
+		defer cancel()
+	}
+	res, err := a.Checkpoint(ctx, r.PathValue("id"), req.Image)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
+}
+
+// maxCallerWait caps what callerWait believes: a day, far beyond any server's PauseTimeout.
+const maxCallerWait = 24 * time.Hour
+
+// callerWait is how long the server that sent r waits for the answer (berth.HeaderTimeout),
+// if it said so with a positive whole number of milliseconds; at most maxCallerWait.
+func callerWait(r *http.Request) (time.Duration, bool) {
+	ms, err := strconv.ParseInt(r.Header.Get(berth.HeaderTimeout), 10, 64)
+	if err != nil || ms <= 0 {
+		return 0, false
+	}
+	return time.Duration(min(ms, maxCallerWait.Milliseconds())) * time.Millisecond, true
 }

@@ -284,6 +284,9 @@ func (c *agentCaller) do(ctx context.Context, method string, at agentAt, path st
 		return nil, berth.Wrap(berth.EUnavailable, err, "agent address %q", at.URL)
 	}
 	forwardRequestID(req)
+	if deadline, ok := ctx.Deadline(); ok {
+		req.Header.Set(berth.HeaderTimeout, strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10))
+	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +71,52 @@ func TestPAUSE1_LostCheckpointAnswer(t *testing.T) {
 				t.Fatalf("after a lost answer: %d, sandbox %s (%s); want %d and %s", resp.StatusCode, got.State, got.Reason, status, want)
 			}
 		})
+	}
+}
+
+// TestPAUSE1_CheckpointCallCarriesTheWait: the server tells the agent how long it waits for a
+// checkpoint (berth.HeaderTimeout, at most PauseTimeout), so the agent can stop one that
+// would outlast the wait instead of finishing it after the server gave up.
+func TestPAUSE1_CheckpointCallCarriesTheWait(t *testing.T) {
+	bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
+	must(t, err)
+	t.Cleanup(func() { bucket.Close() })
+	h := newHarnessWith(t, func(c *Config) { c.Snapshots, c.PauseTimeout = bucket, 7*time.Second })
+	ctx := context.Background()
+	waits := make(chan string, 1)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+			w.WriteHeader(http.StatusCreated)
+		case strings.HasSuffix(r.URL.Path, "/checkpoint"):
+			waits <- r.Header.Get(berth.HeaderTimeout)
+			var req struct{ Image string }
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			_ = json.NewEncoder(w).Encode(berth.CheckpointResult{Image: req.Image})
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(agent.Close)
+	_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: agent.URL, Status: berth.AgentActive,
+		IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096,
+		CPUTotal: 2, HeartbeatAt: time.Now(), Runtime: "gvisor", Checkpoint: true}, time.Now())
+	must(t, err)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/pause", nil)
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("pause: %d", resp.StatusCode)
+	}
+	got := <-waits
+	ms, err := strconv.ParseInt(got, 10, 64)
+	if err != nil || ms <= 0 || ms > 7000 {
+		t.Fatalf("checkpoint call's %s = %q; want the server's wait in ms, at most PauseTimeout (7000)", berth.HeaderTimeout, got)
 	}
 }

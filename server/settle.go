@@ -15,8 +15,10 @@ import (
 // PauseTimeout plus StartingGrace, or resuming longer than StartingGrace, is settled by
 // what its agent and the snapshot store hold:
 //
-//   - pausing/snapshotting: listed by its agent → running (the checkpoint never happened or
-//     failed); else its image stored → paused; else lost ("pause interrupted, no image");
+//   - pausing/snapshotting: its image stored → paused (the agent stops a guest once its
+//     image is stored, so a list that still names it is older than that); else listed by
+//     its agent → running (the checkpoint never happened or failed); else lost ("pause
+//     interrupted, no image");
 //   - resuming: its agent lists it → the heartbeat already promoted it; else paused again
 //     (its image is still there) and the agent is told to stop whatever it started.
 func (s *Server) settleCheckpoints(ctx context.Context) {
@@ -48,12 +50,14 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 				if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
 					_ = s.agents.delete(ctx, addr, sb.ID)
 				}
+			case s.imageStored(ctx, sb.Image):
+				// Before held: an agent stops the guest once its image is stored, but its
+				// last heartbeat may still list it. Running again, it would end lost.
+				move.To, move.PausedAt = berth.SandboxPaused, now
+				why = "checkpoint finished without its replica: its image " + sb.Image + " is stored"
 			case held:
 				move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
 				why = "checkpoint abandoned: no replica finished it; agent/" + sb.AgentID + " still runs it"
-			case s.imageStored(ctx, sb.Image):
-				move.To, move.PausedAt = berth.SandboxPaused, now
-				why = "checkpoint finished without its replica: its image " + sb.Image + " is stored"
 			default:
 				move.To, move.Image = berth.SandboxLost, ""
 				why = "checkpoint interrupted: agent/" + sb.AgentID + " does not hold it and no image was stored"

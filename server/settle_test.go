@@ -14,8 +14,9 @@ import (
 // TestPAUSE1_SweeperSettlesAbandonedCheckpoints: a replica that died in the middle of a
 // pause, a snapshot move or a resume leaves its sandbox in pausing, snapshotting or
 // resuming; once the grace passes, the sweeper settles each by what the agent and the
-// snapshot store hold — still listed: running again; image stored: paused; neither: lost; a
-// resume its agent never listed: paused again with its image.
+// snapshot store hold — image stored: paused, even while the agent's last heartbeat still
+// lists it (it stops a guest once the image is stored); still listed: running again;
+// neither: lost; a resume its agent never listed: paused again with its image.
 func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -35,9 +36,11 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	put("sb-stored", berth.SandboxSnapshotting, "sb-stored/1")
 	put("sb-gone", berth.SandboxPausing, "sb-gone/1")
 	put("sb-resume", berth.SandboxResuming, "sb-resume/1")
+	put("sb-held-stored", berth.SandboxPausing, "sb-held-stored/1")
 	must(t, bucket.WriteAll(ctx, "sb-stored/1/files.json", []byte(`{"files":[]}`), nil))
+	must(t, bucket.WriteAll(ctx, "sb-held-stored/1/files.json", []byte(`{"files":[]}`), nil))
 	_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now, Sandboxes: []berth.HeldSandbox{{ID: "sb-held"}}}, now)
+		IntakeOpen: true, HeartbeatAt: now, Sandboxes: []berth.HeldSandbox{{ID: "sb-held"}, {ID: "sb-held-stored"}}}, now)
 	must(t, err)
 
 	now = now.Add(90 * time.Second) // past the resume's grace, not the checkpoints'
@@ -52,7 +55,8 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	put("sb-young", berth.SandboxPausing, "") // entered just now: left alone
 	h.s.settleCheckpoints(ctx)
 	want = map[string]berth.SandboxState{"sb-held": berth.SandboxRunning, "sb-stored": berth.SandboxPaused,
-		"sb-gone": berth.SandboxLost, "sb-resume": berth.SandboxPaused, "sb-young": berth.SandboxPausing}
+		"sb-held-stored": berth.SandboxPaused, // listed by a heartbeat from before its agent stopped it
+		"sb-gone":        berth.SandboxLost, "sb-resume": berth.SandboxPaused, "sb-young": berth.SandboxPausing}
 	for id, st := range want {
 		sb, err := h.st.Sandbox(ctx, id)
 		if err != nil || sb.State != st {

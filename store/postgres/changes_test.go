@@ -83,4 +83,3 @@ func TestAgentsChangedSinceFromAheadReadsAll(t *testing.T) {
 		t.Errorf("a read from a cursor ahead of the database: full %v, %d agents; want both agents", c.Full, len(c.Agents))
 	}
 }
-
