@@ -309,7 +309,12 @@ func TestAPP1_DeleteDuringSetUpStopsTheSandbox(t *testing.T) {
 	if code, body := h.do(t, http.MethodDelete, "/v1/apps/gone", ""); code != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", code, body)
 	}
-	waitUntil(t, "the sandbox stopped", func() (bool, string) { return agent.deletes.Load() == 1, "" })
+	// The agent is told first and the row recorded after: wait for both.
+	waitUntil(t, "the sandbox stopped", func() (bool, string) {
+		sbs, err := h.st.Sandboxes(context.Background(), berth.SandboxFilter{})
+		must(t, err)
+		return agent.deletes.Load() == 1 && len(sbs) == 1 && sbs[0].State.Terminal(), fmt.Sprintf("%d deletes, %+v", agent.deletes.Load(), sbs)
+	})
 	sbs, err := h.st.Sandboxes(context.Background(), berth.SandboxFilter{})
 	must(t, err)
 	if len(sbs) != 1 || sbs[0].State != berth.SandboxStopped || !strings.Contains(sbs[0].Reason, "deleted or changed") {
