@@ -233,6 +233,9 @@ func runBenchFleet(ctx context.Context, cfg fleetConfig) (fleetReport, error) {
 	}
 	var sim simStats
 	if cfg.SimAgents > 0 {
+		if err := seedSimSandboxes(ctx, seed, cfg.SimAgents); err != nil {
+			return rep, err
+		}
 		ready := make(chan struct{})
 		agents.Go(func() { runSimAgents(agentsCtx, urls, nodeToken, cfg.SimAgents, cfg.SimInterval, &sim, ready) })
 		select { // every simulated agent has heartbeated once: their whole lists are in

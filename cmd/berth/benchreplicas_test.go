@@ -78,6 +78,22 @@ func TestBenchFleet(t *testing.T) {
 	_ = berth.EInvalidRequest
 }
 
+// TestBenchFleetSimAgents runs `berth bench fleet --sim-agents` briefly on SQLite: the
+// simulated agents' sandboxes are seeded as running rows, and every simulated heartbeat is
+// acknowledged without a resync or a failure.
+func TestBenchFleetSimAgents(t *testing.T) {
+	r := runCLI(t, "", "bench", "fleet", "--agents", "1", "--clients", "2", "--duration", "3s",
+		"--sim-agents", "20", "--sim-interval", "1s")
+	if r.code != 0 {
+		t.Fatalf("bench fleet: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"simulated agents                 20,", "(resyncs 0, failures 0)", "agents > 30 s between two acks   0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the report lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
 // TestCreateReplayWritesACreate pins the SQL `bench fleet` replays with pgbench as the store's
 // ceiling (benchfleet_create.pgbench): on a migrated database with a no-op agent, each run of
 // the script leaves what a create leaves — a running sandbox, its two events, its reservation

@@ -3,8 +3,8 @@ package main
 // Simulated agents for `berth bench fleet --sim-agents N` (issue 16, goal 2): each joins with
 // the node token and heartbeats every interval at its own phase, as an agent on a host of
 // its own would — its first heartbeat the whole held list, then deltas against what the
-// server acknowledged, one held sandbox's working set changing each time — but runs nothing
-// and takes no placements (intake closed, nothing admittable), so thousands fit in one
+// server acknowledged, one held sandbox's working set changing each time; its sandboxes are
+// running rows in the store — but runs nothing and takes no placements (intake closed, nothing admittable), so thousands fit in one
 // process beside the real no-op agents the creates go to.
 
 import (
@@ -37,6 +37,64 @@ type simStats struct {
 // simConnsPerReplica bounds the simulated agents' connections to each replica.
 const simConnsPerReplica = 1024
 
+// simTenant owns the simulated agents' sandboxes (seedSimSandboxes).
+const simTenant = "bench-sim"
+
+// simHeldID names simulated agent i's k-th held sandbox.
+func simHeldID(i, k int) string { return fmt.Sprintf("%s-sb-%d", simAgentID(i), k) }
+
+// simAgentID names simulated agent i (from 0).
+func simAgentID(i int) string { return fmt.Sprintf("bench-sim-%05d", i+1) }
+
+// seedSimSandboxes records, as running on their agents, the sandboxes the n simulated agents
+// will hold, as a real fleet's store would: without them, every delta's AGT-6 check found its
+// sandbox unknown (ended) and tried to stop it on an address that is not there, a cost no
+// real fleet pays. 16 writers; the rows expire in a day.
+func seedSimSandboxes(ctx context.Context, st berth.Store, n int) error {
+	now := time.Now()
+	work := make(chan int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				for k := range simAgentHeld {
+					sb := berth.Sandbox{ID: simHeldID(i, k), Template: "shell", Tenant: simTenant, AgentID: simAgentID(i),
+						State: berth.SandboxRunning, MemoryMiB: 64, VCPUs: 1, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
+					if err := st.CreateSandbox(ctx, sb, "bench", now); err != nil {
+						select {
+						case errs <- err:
+						default:
+						}
+						return
+					}
+				}
+			}
+		})
+	}
+	for i := range n {
+		select {
+		case work <- i:
+		case err := <-errs:
+			close(work)
+			wg.Wait()
+			return fmt.Errorf("seed the simulated agents' sandboxes: %w", err)
+		case <-ctx.Done():
+			close(work)
+			wg.Wait()
+			return ctx.Err()
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return fmt.Errorf("seed the simulated agents' sandboxes: %w", err)
+	default:
+		return nil
+	}
+}
+
 // runSimAgents runs n simulated agents against urls until ctx ends; ready is closed once every
 // one has joined and sent its first heartbeat (or ctx ended).
 func runSimAgents(ctx context.Context, urls []string, nodeToken string, n int, interval time.Duration, st *simStats, ready chan<- struct{}) {
@@ -63,7 +121,7 @@ func runSimAgents(ctx context.Context, urls []string, nodeToken string, n int, i
 func simAgent(ctx context.Context, hc *http.Client, url, nodeToken string, i, n int, interval time.Duration, st *simStats, joined *sync.WaitGroup, joinSlots chan struct{}) {
 	once := sync.OnceFunc(joined.Done)
 	defer once()
-	id := fmt.Sprintf("bench-sim-%05d", i+1)
+	id := simAgentID(i)
 	opts := []client.Option{client.WithHTTPClient(hc), client.WithDeadline(time.Nanosecond)}
 	select {
 	case joinSlots <- struct{}{}:
@@ -79,7 +137,7 @@ func simAgent(ctx context.Context, hc *http.Client, url, nodeToken string, i, n 
 	c := client.New(url, secret, opts...)
 	held := make([]berth.HeldSandbox, simAgentHeld)
 	for k := range held {
-		held[k] = berth.HeldSandbox{ID: fmt.Sprintf("%s-sb-%d", id, k), ResidentMiB: 64, Measured: true}
+		held[k] = berth.HeldSandbox{ID: simHeldID(i, k), ResidentMiB: 64, Measured: true}
 	}
 	hb := berth.Heartbeat{AgentID: id, Address: "http://127.0.0.1:1", Status: berth.AgentActive, BootID: server.NewKeySecret()[:16],
 		MemoryAdmission: berth.AdmissionWorkingSet, MemoryMiBTotal: 65536, CPUTotal: 8}
