@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -201,17 +202,38 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 // 2): a sandbox the store ended while the agent kept it unchanged is stopped within this.
 const stopSweepEvery = time.Minute
 
+// liveHeld is what one stopEnded round found live in the store among the sandboxes an
+// agent of one boot holds. It is replaced, never changed, so heartbeats read it unlocked.
+type liveHeld struct {
+	boot string
+	ids  map[string]struct{}
+}
+
+// has reports whether id was found live for this boot.
+func (l *liveHeld) has(boot, id string) bool {
+	if l == nil || l.boot != boot {
+		return false
+	}
+	_, ok := l.ids[id]
+	return ok
+}
+
 // stopEnded tells an agent to stop the sandboxes it still runs that the store has ended or
 // never knew (AGT-6): lost while the agent was cut off, or orphans of a dead replica. It runs
 // in the background, one round per agent at a time and at most maxStopRounds at once (a round
 // that finds every slot taken is skipped: the next heartbeat tries again), so a heartbeat is
 // never slowed by it. A whole list is checked whole; a delta's listed sandboxes are checked at
-// once, and every sandbox the store says the agent holds at most every stopSweepEvery (issue
-// 16, goal 2), so a heartbeat that lists little costs little.
+// once unless a round already found them live for this boot (a delta lists a sandbox whenever
+// its working set moves, and re-reading it each time cost a query per heartbeat); and every
+// sandbox the store says the agent holds at most every stopSweepEvery (issue 16, goal 2). So
+// a new sandbox the store does not know is stopped at once, and one the store ended while the
+// agent kept it within stopSweepEvery and an interval.
 func (s *Server) stopEnded(hb berth.Heartbeat) {
 	var held []string
+	live, _ := s.stopLive.Load(hb.AgentID)
+	known, _ := live.(*liveHeld)
 	for _, h := range hb.Sandboxes {
-		if !h.Starting {
+		if !h.Starting && (!hb.Delta || !known.has(hb.BootID, h.ID)) {
 			held = append(held, h.ID)
 		}
 	}
@@ -241,17 +263,19 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	if sweep {
 		s.stopSwept.Store(hb.AgentID, now)
 	}
-	go s.stopRound(hb, held, sweep)
+	go s.stopRound(hb, held, sweep || !hb.Delta)
 }
 
 // stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything
 // the store says it holds) is checked against the store, and each ended sandbox is stopped.
-func (s *Server) stopRound(hb berth.Heartbeat, held []string, sweep bool) {
+// What it finds live is remembered for the agent's boot: in place of what was remembered when
+// the round checked everything the agent holds (whole), added to it otherwise.
+func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool) {
 	defer func() { <-s.stopRounds }()
 	defer s.stopping.Delete(hb.AgentID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if sweep {
+	if whole && hb.Delta { // a sweep: what the store says the agent holds
 		a, err := s.store.Agent(ctx, hb.AgentID)
 		if err != nil {
 			return
@@ -262,20 +286,34 @@ func (s *Server) stopRound(hb berth.Heartbeat, held []string, sweep bool) {
 				held = append(held, h.ID)
 			}
 		}
-		if len(held) == 0 {
-			return
-		}
 	}
 	ended, err := s.store.EndedSandboxes(ctx, held)
 	if err != nil {
 		return
 	}
+	s.rememberLive(hb.AgentID, hb.BootID, held, ended, whole)
 	for _, id := range ended {
 		s.log.Warn("stopping a sandbox the store has ended (AGT-6)", "sandbox", id, "agent", hb.AgentID)
 		if err := s.agents.delete(ctx, agentAt{hb.AgentID, hb.Address}, id); err != nil {
 			s.log.Warn("could not stop it; a later heartbeat retries", "sandbox", id, "agent", hb.AgentID, "err", err)
 		}
 	}
+}
+
+// rememberLive records which of checked the store holds live (not in ended) for agentID's
+// boot: replacing what was remembered (whole) or added to it.
+func (s *Server) rememberLive(agentID, boot string, checked, ended []string, whole bool) {
+	next := &liveHeld{boot: boot, ids: map[string]struct{}{}}
+	if old, ok := s.stopLive.Load(agentID); ok && !whole && old.(*liveHeld).boot == boot {
+		maps.Copy(next.ids, old.(*liveHeld).ids)
+	}
+	for _, id := range checked {
+		next.ids[id] = struct{}{}
+	}
+	for _, id := range ended {
+		delete(next.ids, id)
+	}
+	s.stopLive.Store(agentID, next)
 }
 
 // checkAgentAddress refuses an address this replica cannot or must not dial (400

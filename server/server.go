@@ -175,6 +175,7 @@ type Server struct {
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
 	stopping  sync.Map               // agent id → a stopEnded round in flight
 	stopSwept sync.Map               // agent id → when stopEnded last checked all it holds (time.Time)
+	stopLive  sync.Map               // agent id → *liveHeld: what stopEnded last found live in the store
 	unheldAt  atomic.Int64           // when settleUnheld last ran (unix ns), for UnheldEvery
 	log       *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store/sqlite"
+)
+
+// endedCalls records the ids of every EndedSandboxes read.
+type endedCalls struct {
+	berth.Store
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (e *endedCalls) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
+	e.mu.Lock()
+	e.calls = append(e.calls, slices.Clone(ids))
+	e.mu.Unlock()
+	return e.Store.EndedSandboxes(ctx, ids)
+}
+
+func (e *endedCalls) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.calls)
+}
+
+// TestAGT6_DeltaChecksWhatIsNew (issue 16, goal 2): a delta's AGT-6 check reads the store
+// only for the sandboxes no round has found live for the agent's boot, so an agent whose
+// sandboxes' working sets move costs no read per heartbeat. A sandbox the store does not know
+// is still stopped at its first listing; one the store ended while the agent kept listing it
+// is stopped by the sweep (stopSweepEvery); another boot's findings count for nothing.
+func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	cfg := DefaultConfig()
+	cfg.NodeToken, cfg.Clock = "node-token", func() time.Time { return now }
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	calls := &endedCalls{Store: st}
+	s := New(cfg, calls)
+	agent := newFakeAgent(t, "")
+	for _, id := range []string{"sb-1", "sb-2"} {
+		must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
+			State: berth.SandboxRunning, MemoryMiB: 256, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, "test", now))
+	}
+	whole := berth.Heartbeat{AgentID: "a1", Address: agent.srv.URL, Status: berth.AgentActive, BootID: "b1", Seq: 1,
+		Sandboxes: []berth.HeldSandbox{{ID: "sb-1"}, {ID: "sb-2"}}}
+	_, err = st.ApplyHeartbeat(ctx, whole, now) // the store's agent_held, which the sweep reads
+	must(t, err)
+	seq := int64(1)
+	round := func(what string, hb berth.Heartbeat, reads int, deletes int64) {
+		t.Helper()
+		before := calls.count()
+		s.stopEnded(hb)
+		waitUntil(t, what+": the round", func() (bool, string) { _, busy := s.stopping.Load("a1"); return !busy, "" })
+		if got := calls.count() - before; got != reads {
+			t.Errorf("%s: %d reads of the store (%v); want %d", what, got, calls.calls[before:], reads)
+		}
+		if got := agent.deletes.Load(); got != deletes {
+			t.Errorf("%s: the agent was told to stop %d sandboxes in all; want %d", what, got, deletes)
+		}
+	}
+	delta := func(ids ...string) berth.Heartbeat {
+		seq++
+		hb := whole
+		hb.Seq, hb.Delta, hb.BaseSeq, hb.Sandboxes = seq, true, seq-1, nil
+		for _, id := range ids {
+			hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: 100 + seq})
+		}
+		return hb
+	}
+
+	round("the whole list", whole, 1, 0)
+	round("a delta listing a sandbox found live", delta("sb-1"), 0, 0)
+	round("a delta listing a sandbox the store does not know", delta("sb-3"), 1, 1)
+	_, err = st.TransitionSandbox(ctx, "sb-2", []berth.SandboxState{berth.SandboxRunning}, berth.SandboxStopped, "deleted", "test", now)
+	must(t, err)
+	round("a delta listing a sandbox the store ended since it was found live", delta("sb-2"), 0, 1)
+	now = now.Add(stopSweepEvery)
+	round("the sweep", delta(), 1, 2)
+	other := delta("sb-1")
+	other.BootID = "b2"
+	round("a delta of another boot", other, 1, 2)
+}
