@@ -39,10 +39,11 @@ type AgentStore interface {
 	// Cursor of an earlier read it may return only the agents whose rows changed since that
 	// read (Full false): every change committed after the earlier read took its cursor is
 	// among them, whatever order the changes committed in. Given "" or a cursor it cannot
-	// use, or wherever it cannot tell, it returns every agent (Full true). A replica
-	// re-reads every second, and a heartbeat changes its agent's row every 10 s, so at
-	// 10,000 agents a read since the last one is about a tenth of the table (issue 16,
-	// goal 2). Agents are never deleted, so a changed set is all a reader needs to merge.
+	// use (another database's, or one ahead of it), or wherever it cannot tell, it returns
+	// every agent (Full true). A replica re-reads every second, and a heartbeat changes its
+	// agent's row every 10 s, so at 10,000 agents a read since the last one is about a tenth
+	// of the table (issue 16, goal 2). A deleted row is no change: Berth deletes no agent,
+	// and a reader that must see rows deleted by hand reads whole now and then.
 	AgentsChangedSince(ctx context.Context, cursor string) (AgentChanges, error)
 	// Agent returns one agent or an error wrapping ErrNotFound.
 	Agent(ctx context.Context, id string) (Agent, error)

@@ -36,11 +36,11 @@ type scheduler struct {
 
 	refreshSem chan struct{} // one refreshIfStale read of the store at a time (single flight)
 
-	loadMu   sync.Mutex     // one read of the store into the snapshot at a time; guards the four below
-	known    []berth.Agent  // the agent table as last read (without held lists), sorted by id
-	knownAt  map[string]int // agent id → position in known
-	cursor   string         // the store's change cursor of the last read ("": the next is whole)
-	cursorAt time.Time      // when the last read took cursor
+	loadMu  sync.Mutex     // one read of the store into the snapshot at a time; guards the four below
+	known   []berth.Agent  // the agent table as last read (without held lists), sorted by id
+	knownAt map[string]int // agent id → position in known
+	cursor  string         // the store's change cursor of the last read ("": the next is whole)
+	wholeAt time.Time      // when the last whole read of the agent table was taken
 
 	raMu  sync.Mutex // guards the cached Retry-After estimate and ended
 	raAt  time.Time
@@ -58,10 +58,11 @@ func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *sche
 		index: map[string]int{}, ended: map[string]time.Time{}, refreshSem: make(chan struct{}, 1)}
 }
 
-// wholeReadAfter is how old a change cursor may be and still be used: a replica that has not
-// read the store for longer reads the whole agent table (a cursor's transaction ids wrap
-// after about two billion transactions; minutes are far inside that).
-const wholeReadAfter = 5 * time.Minute
+// wholeReadEvery bounds the time between two whole reads of the agent table by a replica. A
+// change the store's cursor cannot show — a row deleted by hand (Berth deletes no agent) —
+// lasts in the snapshot at most this long, and a cursor is never older (its transaction ids
+// wrap after about two billion transactions; minutes are far inside that).
+const wholeReadEvery = 5 * time.Minute
 
 // refresh re-reads the store into the snapshot: the agents whose rows changed since the last
 // read, merged into those read before (issue 16, goal 2: a tenth of the table at 10,000
@@ -79,11 +80,10 @@ func (s *scheduler) load(ctx context.Context, whole bool) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	now := s.cfg.Clock()
-	cursor := s.cursor
-	if whole || now.Sub(s.cursorAt) > wholeReadAfter || now.Before(s.cursorAt) {
-		cursor = ""
+	if whole || now.Sub(s.wholeAt) > wholeReadEvery || now.Before(s.wholeAt) {
+		s.cursor = "" // dropped before the read: a whole read asked for stays asked for until one succeeds
 	}
-	changes, err := s.store.AgentsChangedSince(ctx, cursor) // placement reads no held list
+	changes, err := s.store.AgentsChangedSince(ctx, s.cursor) // placement reads no held list
 	if err != nil {
 		return fmt.Errorf("read agents: %w", err)
 	}
@@ -92,7 +92,10 @@ func (s *scheduler) load(ctx context.Context, whole bool) error {
 		return fmt.Errorf("read ledger: %w", err) // the old cursor stays: the next read is as exact
 	}
 	s.merge(changes)
-	s.cursor, s.cursorAt = changes.Cursor, now
+	s.cursor = changes.Cursor
+	if changes.Full {
+		s.wholeAt = now
+	}
 	agents := s.known
 	hosts := make([]placement.Host, len(agents))
 	addrs := make([]string, len(agents))

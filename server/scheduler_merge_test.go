@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,6 +168,84 @@ func BenchmarkSnapshotRefresh(b *testing.B) {
 			}
 			b.ReportMetric(float64(self)/float64(b.N)/1e6, "server-ms/op")
 			b.ReportMetric(float64(pg)/float64(b.N)/1e6, "pg-ms/op")
+		})
+	}
+}
+
+// failingReads fails the next whole agent read or the next ledger read, once each when set.
+type failingReads struct {
+	berth.Store
+	failWhole, failPending atomic.Bool
+}
+
+func (f *failingReads) AgentsChangedSince(ctx context.Context, cursor string) (berth.AgentChanges, error) {
+	if cursor == "" && f.failWhole.CompareAndSwap(true, false) {
+		return berth.AgentChanges{}, errors.New("injected: connection reset")
+	}
+	return f.Store.AgentsChangedSince(ctx, cursor)
+}
+
+func (f *failingReads) Pending(ctx context.Context, now time.Time) (map[string]int64, error) {
+	if f.failPending.CompareAndSwap(true, false) {
+		return nil, errors.New("injected: connection reset")
+	}
+	return f.Store.Pending(ctx, now)
+}
+
+// TestRefreshWholeWhenTheCursorCannotSee (issue 16, goal 2; found by an attack): a change the
+// store's cursor cannot show — here an agent row deleted by hand, as a restored dump would —
+// leaves the snapshot by a whole read: one asked for (the change notifications reconnected)
+// stays asked for when it fails, in the agent read or in the ledger read, until one succeeds;
+// and without one asked for, a replica reads the whole table every wholeReadEvery.
+func TestRefreshWholeWhenTheCursorCannotSee(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(*failingReads)
+	}{
+		{"asked, the agent read fails", func(f *failingReads) { f.failWhole.Store(true) }},
+		{"asked, the ledger read fails", func(f *failingReads) { f.failPending.Store(true) }},
+		{"not asked", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			url := pgtest.Start(t).NewDatabase(t)
+			st, err := postgres.Open(ctx, url)
+			must(t, err)
+			t.Cleanup(func() { st.Close() })
+			now := time.Now()
+			for _, id := range []string{"a1", "a2", "a3"} {
+				_, err := st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: id, Status: berth.AgentActive, BootID: "b1",
+					MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, IntakeOpen: true}, now)
+				must(t, err)
+			}
+			cfg := DefaultConfig()
+			cfg.Clock = func() time.Time { return now }
+			f := &failingReads{Store: st}
+			s := newScheduler(f, cfg, nil, nil)
+			must(t, s.refresh(ctx))
+			conn, err := pgx.Connect(ctx, url)
+			must(t, err)
+			t.Cleanup(func() { conn.Close(context.Background()) })
+			_, err = conn.Exec(ctx, `DELETE FROM agents WHERE id = 'a2'`)
+			must(t, err)
+
+			if c.fail != nil {
+				c.fail(f)
+				if err := s.refreshAll(ctx); err == nil {
+					t.Fatal("the injected failure did not fail refreshAll")
+				}
+				must(t, s.refresh(ctx))
+			} else {
+				must(t, s.refresh(ctx))
+				if _, kept := s.index["a2"]; !kept {
+					t.Fatal("a read of changes saw a deleted row: this test no longer tests the whole read")
+				}
+				now = now.Add(wholeReadEvery + time.Second)
+				must(t, s.refresh(ctx))
+			}
+			if _, kept := s.index["a2"]; kept || len(s.index) != 2 {
+				t.Errorf("agents in the snapshot %v; want a1 and a3 (a2's row is gone)", s.index)
+			}
 		})
 	}
 }

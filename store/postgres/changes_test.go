@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth"
@@ -70,16 +73,49 @@ func TestAgentsChangedSinceSeesLateCommits(t *testing.T) {
 	}
 }
 
-// TestAgentsChangedSinceFromAheadReadsAll: a cursor ahead of the database's transactions
-// (a database restored from a dump under a running replica) gets a whole read, not an empty
-// one that would keep every agent as it was.
-func TestAgentsChangedSinceFromAheadReadsAll(t *testing.T) {
+// TestAgentsChangedSinceForeignCursorsReadAll: a cursor that is not this database's own gets a
+// whole read, not an empty "nothing changed" that would keep every agent as it was: one ahead
+// of the database (restored from a dump under a running replica), one of another server or
+// database (a switchover, whose transaction ids may well be lower), a position that is not
+// positive (PostgreSQL would wrap a negative one onto a real id), and malformed ones.
+func TestAgentsChangedSinceForeignCursorsReadAll(t *testing.T) {
 	o := newOneTrip(t, 4096)
-	c, err := o.st.AgentsChangedSince(t.Context(), "9000000000000")
+	ctx := t.Context()
+	first, err := o.st.AgentsChangedSince(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Full || len(c.Agents) != 2 {
-		t.Errorf("a read from a cursor ahead of the database: full %v, %d agents; want both agents", c.Full, len(c.Agents))
+	i := strings.LastIndexByte(first.Cursor, '/')
+	if i < 0 {
+		t.Fatalf("cursor %q has no identity", first.Cursor)
+	}
+	id, pos := first.Cursor[:i], first.Cursor[i+1:]
+	n, err := strconv.ParseInt(pos, 10, 64)
+	if err != nil {
+		t.Fatalf("cursor %q: %v", first.Cursor, err)
+	}
+	for _, c := range []struct{ what, cursor string }{
+		{"ahead of the database", fmt.Sprintf("%s/%d", id, n+1_000_000)},
+		{"another server's", "2001-01-01 00:00:00+00 12345/" + pos},
+		{"another database's", id + "9/" + pos},
+		{"negative", fmt.Sprintf("%s/%d", id, n-(1<<32))},
+		{"zero", id + "/0"},
+		{"no position", id + "/"},
+		{"no identity", pos},
+	} {
+		got, err := o.st.AgentsChangedSince(ctx, c.cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Full || len(got.Agents) != 2 {
+			t.Errorf("a cursor %s (%q): full %v, %d agents; want a whole read of both", c.what, c.cursor, got.Full, len(got.Agents))
+		}
+	}
+	own, err := o.st.AgentsChangedSince(ctx, first.Cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Full {
+		t.Errorf("the store's own cursor %q got a whole read", first.Cursor)
 	}
 }

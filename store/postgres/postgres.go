@@ -78,8 +78,12 @@ func dialect() sqlstore.Dialect {
 		// A read's cursor is the xmin of a snapshot taken just before it: every transaction
 		// numbered below it had ended, so the read saw what it committed. A row's xmin is the
 		// transaction that last wrote it; age() compares two 32-bit ids modulo wraparound
-		// (a cursor is seconds old, a frozen row's age is the largest there is).
-		ChangeCursorSQL: `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`,
+		// (a cursor is seconds old, a frozen row's age is the largest there is). The
+		// identity is the server's start time and the database's oid: transaction ids mean
+		// nothing on another server (a switchover) or in a database created again (a dump
+		// restored), and a restarted server costs one whole read.
+		ChangeCursorSQL: `SELECT pg_postmaster_start_time()::text || ' ' || d.oid::text,
+			pg_snapshot_xmin(pg_current_snapshot())::text FROM pg_database d WHERE d.datname = current_database()`,
 		ChangedSinceSQL: `age(xmin) <= age(CAST(CAST(? AS text) AS xid8)::xid)`,
 		NotifyAgent: func(ctx context.Context, tx *sqlstore.Tx, id string) error {
 			if err := tx.Exec(ctx, `SELECT pg_notify(?, ?)`, AgentsChannel, id); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"database/sql"
@@ -34,29 +35,40 @@ func (s *Store) Agents(ctx context.Context) ([]berth.Agent, error) {
 
 // AgentsChangedSince implements berth.Store (issue 16, goal 2). Where the dialect keeps
 // change cursors (Dialect.ChangeCursorSQL), it takes a new cursor first and then reads the
-// rows written by transactions the earlier cursor's read could not have seen; a cursor
-// that is not one of its own ("" included, or one ahead of the database's) gets a whole read. Elsewhere every read is whole
-// and Cursor is "".
+// rows written by transactions the earlier cursor's read could not have seen. A cursor is
+// "<database identity>/<position>"; one that is not this database's own — "" included,
+// another server's or database's, one ahead of the database's position, or not a positive
+// position — gets a whole read. Elsewhere every read is whole and Cursor is "".
 func (s *Store) AgentsChangedSince(ctx context.Context, cursor string) (berth.AgentChanges, error) {
 	out := berth.AgentChanges{Full: true}
 	where, args := "", []any(nil)
 	if s.d.ChangeCursorSQL != "" {
 		// The cursor is taken before the read: a change it does not cover commits after
 		// it, so the next read's condition finds it even if this read missed it.
-		if err := s.pool().queryRow(ctx, s.d.ChangeCursorSQL).Scan(&out.Cursor); err != nil {
+		var id, pos string
+		if err := s.pool().queryRow(ctx, s.d.ChangeCursorSQL).Scan(&id, &pos); err != nil {
 			return out, s.errorf("agent change cursor: %w", err)
 		}
-		// A cursor ahead of the new one is not this database's (restored from a dump, or
-		// another server): read everything.
-		was, err1 := strconv.ParseInt(cursor, 10, 64)
-		now, err2 := strconv.ParseInt(out.Cursor, 10, 64)
-		if err1 == nil && err2 == nil && was <= now {
-			where, args, out.Full = ` WHERE `+s.d.ChangedSinceSQL, []any{cursor}, false
+		out.Cursor = id + "/" + pos
+		if was, ok := ownCursor(cursor, id, pos); ok {
+			where, args, out.Full = ` WHERE `+s.d.ChangedSinceSQL, []any{was}, false
 		}
 	}
 	agents, err := s.readAgents(ctx, where, args...)
 	out.Agents = agents
 	return out, err
+}
+
+// ownCursor returns the position of cursor, and true, when cursor names the database of
+// identity id and a position above 0 and at most pos (the database's position now).
+func ownCursor(cursor, id, pos string) (string, bool) {
+	i := strings.LastIndexByte(cursor, '/')
+	if i < 0 || cursor[:i] != id {
+		return "", false
+	}
+	was, err1 := strconv.ParseInt(cursor[i+1:], 10, 64)
+	now, err2 := strconv.ParseInt(pos, 10, 64)
+	return cursor[i+1:], err1 == nil && err2 == nil && was > 0 && was <= now
 }
 
 // readAgents reads the agent rows that tail (a WHERE and/or ORDER BY clause, or "")

@@ -68,14 +68,16 @@ type Dialect struct {
 	// hold it at once, none while one holds it through LockNameSQL (PostgreSQL: the shared
 	// form of the advisory lock). Empty where LockNameSQL is.
 	LockNameSharedSQL string
-	// ChangeCursorSQL is a query of one row and one text column, a decimal integer: the
-	// cursor of a read of the agent table (Store.AgentsChangedSince), taken before that read,
-	// such that every transaction the read might not see is numbered at or after it
-	// (PostgreSQL: the oldest transaction still running, its snapshot's xmin). Empty: every
-	// read is whole (SQLite, one replica on one file, whose whole reads are cheap).
+	// ChangeCursorSQL is a query of one row and two text columns: the identity of the
+	// database (another server, another database, or the same server restarted reads
+	// differently) and a position, a positive decimal integer, such that every transaction
+	// the read that follows might not see is numbered at or after it (PostgreSQL: the oldest
+	// transaction still running, its snapshot's xmin). It is taken before that read of the
+	// agent table (Store.AgentsChangedSince). Empty: every read is whole (SQLite, one replica
+	// on one file, whose whole reads are cheap).
 	ChangeCursorSQL string
-	// ChangedSinceSQL is the WHERE condition, with one ? for a cursor of ChangeCursorSQL, that
-	// selects the agent rows last written by a transaction numbered at or after it.
+	// ChangedSinceSQL is the WHERE condition, with one ? for a position of ChangeCursorSQL,
+	// that selects the agent rows last written by a transaction numbered at or after it.
 	ChangedSinceSQL string
 	// PingTimeout bounds Ping, so a server that does not answer fails it fast; 0: none.
 	PingTimeout time.Duration
