@@ -48,27 +48,15 @@ func TestPAUSE1_LostCheckpointAnswer(t *testing.T) {
 				}
 			}))
 			t.Cleanup(agent.Close)
-			_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: agent.URL, Status: berth.AgentActive,
-				IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096,
-				CPUTotal: 2, HeartbeatAt: time.Now(), Runtime: "gvisor", Checkpoint: true}, time.Now())
-			must(t, err)
-			code, sb, e := h.create(t)
-			if code != http.StatusCreated {
-				t.Fatalf("create: %d %+v", code, e)
-			}
-			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/pause", nil)
-			req.Header.Set("Authorization", "Bearer "+h.key)
-			resp, err := http.DefaultClient.Do(req)
-			must(t, err)
-			resp.Body.Close()
+			code, sb := pauseOn(t, h, agent.URL)
 			got, err := h.st.Sandbox(ctx, sb.ID)
 			must(t, err)
 			want, status := berth.SandboxPausing, http.StatusServiceUnavailable
 			if stored {
 				want, status = berth.SandboxPaused, http.StatusOK
 			}
-			if got.State != want || resp.StatusCode != status {
-				t.Fatalf("after a lost answer: %d, sandbox %s (%s); want %d and %s", resp.StatusCode, got.State, got.Reason, status, want)
+			if got.State != want || code != status {
+				t.Fatalf("after a lost answer: %d, sandbox %s (%s); want %d and %s", code, got.State, got.Reason, status, want)
 			}
 		})
 	}
@@ -82,7 +70,6 @@ func TestPAUSE1_CheckpointCallCarriesTheWait(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { bucket.Close() })
 	h := newHarnessWith(t, func(c *Config) { c.Snapshots, c.PauseTimeout = bucket, 7*time.Second })
-	ctx := context.Background()
 	waits := make(chan string, 1)
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -98,7 +85,21 @@ func TestPAUSE1_CheckpointCallCarriesTheWait(t *testing.T) {
 		}
 	}))
 	t.Cleanup(agent.Close)
-	_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: agent.URL, Status: berth.AgentActive,
+	if code, _ := pauseOn(t, h, agent.URL); code != http.StatusOK {
+		t.Fatalf("pause: %d", code)
+	}
+	got := <-waits
+	ms, err := strconv.ParseInt(got, 10, 64)
+	if err != nil || ms <= 0 || ms > 7000 {
+		t.Fatalf("checkpoint call's %s = %q; want the server's wait in ms, at most PauseTimeout (7000)", berth.HeaderTimeout, got)
+	}
+}
+
+// pauseOn announces agent a1 at agentURL (gVisor, checkpoints), creates a sandbox there and
+// asks to pause it; it returns the pause's status and the sandbox as created.
+func pauseOn(t *testing.T, h *harness, agentURL string) (int, berth.Sandbox) {
+	t.Helper()
+	_, err := h.st.ApplyHeartbeat(context.Background(), berth.Heartbeat{AgentID: "a1", Address: agentURL, Status: berth.AgentActive,
 		IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096,
 		CPUTotal: 2, HeartbeatAt: time.Now(), Runtime: "gvisor", Checkpoint: true}, time.Now())
 	must(t, err)
@@ -111,12 +112,6 @@ func TestPAUSE1_CheckpointCallCarriesTheWait(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	must(t, err)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("pause: %d", resp.StatusCode)
-	}
-	got := <-waits
-	ms, err := strconv.ParseInt(got, 10, 64)
-	if err != nil || ms <= 0 || ms > 7000 {
-		t.Fatalf("checkpoint call's %s = %q; want the server's wait in ms, at most PauseTimeout (7000)", berth.HeaderTimeout, got)
-	}
+	return resp.StatusCode, sb
 }
+
