@@ -92,6 +92,11 @@ type SandboxStore interface {
 	// EndedSandboxes returns the ids among ids whose sandbox is terminal, or that the store
 	// does not know: an agent that holds one of them should stop it (AGT-6).
 	EndedSandboxes(ctx context.Context, ids []string) ([]string, error)
+	// HeldEnded is EndedSandboxes over what agentID's held list in the store names, not
+	// starting, in one read (AGT-6's sweep, issue 16 goal 2): held is every such id, ended
+	// those among them whose sandbox is terminal or unknown; both ordered by id. An agent
+	// the store does not know holds nothing.
+	HeldEnded(ctx context.Context, agentID string) (held, ended []string, err error)
 	// TransitionSandbox moves sandbox id to state to with an event, only if its current state
 	// is one of from (any non-terminal state when from is empty). It reports whether the
 	// transition happened. Entering a terminal state also releases the sandbox's reservations

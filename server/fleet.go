@@ -275,19 +275,13 @@ func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool) {
 	defer s.stopping.Delete(hb.AgentID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if whole && hb.Delta { // a sweep: what the store says the agent holds
-		a, err := s.store.Agent(ctx, hb.AgentID)
-		if err != nil {
-			return
-		}
-		held = held[:0]
-		for _, h := range a.Sandboxes {
-			if !h.Starting {
-				held = append(held, h.ID)
-			}
-		}
+	var ended []string
+	var err error
+	if whole && hb.Delta { // a sweep: what the store says the agent holds, in one read
+		held, ended, err = s.store.HeldEnded(ctx, hb.AgentID)
+	} else {
+		ended, err = s.store.EndedSandboxes(ctx, held)
 	}
-	ended, err := s.store.EndedSandboxes(ctx, held)
 	if err != nil {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/berth-dev/berth/store/sqlite"
 )
 
-// endedCalls records the ids of every EndedSandboxes read.
+// endedCalls records the ids of every EndedSandboxes read, and every HeldEnded read.
 type endedCalls struct {
 	berth.Store
 	mu    sync.Mutex
@@ -25,6 +25,13 @@ func (e *endedCalls) EndedSandboxes(ctx context.Context, ids []string) ([]string
 	e.calls = append(e.calls, slices.Clone(ids))
 	e.mu.Unlock()
 	return e.Store.EndedSandboxes(ctx, ids)
+}
+
+func (e *endedCalls) HeldEnded(ctx context.Context, agentID string) ([]string, []string, error) {
+	e.mu.Lock()
+	e.calls = append(e.calls, []string{"all held by " + agentID})
+	e.mu.Unlock()
+	return e.Store.HeldEnded(ctx, agentID)
 }
 
 func (e *endedCalls) count() int {

@@ -395,6 +395,36 @@ func testEndedSandboxes(t *testing.T, s berth.Store) {
 	}
 }
 
+// testHeldEnded: the sweep's read (AGT-6) answers what the agent's held list names, not
+// starting, and which of those the store ended or never knew; another agent's list and an
+// unknown agent's are not mixed in.
+func testHeldEnded(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mustCreate(t, s, sandbox("live", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("gone", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("other", "acme", "a2", berth.SandboxRunning), T0)
+	mustTransition(t, s, "gone", berth.SandboxLost, "lease expired", at(time.Second))
+	hb := heartbeat("a1", 2048)
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "live"}, {ID: "gone"}, {ID: "never-heard-of"}, {ID: "new", Starting: true}}
+	mustHeartbeat(t, s, hb, at(2*time.Second))
+	hb = heartbeat("a2", 2048)
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "other"}, {ID: "a2-unknown"}}
+	mustHeartbeat(t, s, hb, at(2*time.Second))
+	held, ended, err := s.HeldEnded(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"gone", "live", "never-heard-of"}, held); diff != "" {
+		t.Errorf("HeldEnded held (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"gone", "never-heard-of"}, ended); diff != "" {
+		t.Errorf("HeldEnded ended (-want +got):\n%s", diff)
+	}
+	if held, ended, err := s.HeldEnded(ctx, "nobody"); err != nil || len(held)+len(ended) != 0 {
+		t.Errorf("HeldEnded of an unknown agent = %v, %v, %v; want nothing", held, ended, err)
+	}
+}
+
 // testEndedSandboxesLongList: a held list longer than one query's worth of ids (an agent with
 // thousands of sandboxes, AGT-6) is answered in full, in the order asked: live ids at the
 // start, middle and end of it are kept, every other id is ended.

@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"RestartClearsQuarantine", one(testRestartClearsQuarantine)},
 		{"PurgeEnded", one(testPurgeEnded)},
 		{"EndedSandboxes", one(testEndedSandboxes)},
+		{"HeldEnded", one(testHeldEnded)},
 		{"EndedSandboxesLongList", one(testEndedSandboxesLongList)},
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"LogEvents", one(testLogEvents)},

@@ -422,6 +422,33 @@ func (s *Store) scanSandbox(r scanner) (berth.Sandbox, error) {
 	return sb, nil
 }
 
+// HeldEnded implements berth.SandboxStore (AGT-6): one read of agentID's held list joined
+// with the sandboxes' states, by agent_held's primary key and the sandboxes' one.
+func (s *Store) HeldEnded(ctx context.Context, agentID string) (held, ended []string, err error) {
+	rows, err := s.pool().query(ctx, `SELECT h.sandbox_id, s.state FROM agent_held h
+		LEFT JOIN sandboxes s ON s.id = h.sandbox_id
+		WHERE h.agent_id = ? AND NOT h.starting ORDER BY h.sandbox_id`, agentID)
+	if err != nil {
+		return nil, nil, s.errorf("held sandboxes of %q: %w", agentID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var state sql.NullString
+		if err := rows.Scan(&id, &state); err != nil {
+			return nil, nil, s.errorf("held sandboxes of %q: %w", agentID, err)
+		}
+		held = append(held, id)
+		if !state.Valid || berth.SandboxState(state.String).Terminal() {
+			ended = append(ended, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, s.errorf("held sandboxes of %q: %w", agentID, err)
+	}
+	return held, ended, nil
+}
+
 // EndedSandboxes implements berth.SandboxStore (AGT-6): the ids that are terminal or unknown.
 func (s *Store) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
 	live := make(map[string]bool, len(ids))
