@@ -114,4 +114,3 @@ func pauseOn(t *testing.T, h *harness, agentURL string) (int, berth.Sandbox) {
 	resp.Body.Close()
 	return resp.StatusCode, sb
 }
-
