@@ -112,7 +112,7 @@ func newBenchFleetCmd() *cobra.Command {
 	f.DurationVar(&cfg.Heartbeat, "heartbeat-interval", cfg.Heartbeat, "the agents' heartbeat period")
 	f.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent clients")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to send creates (at most 10m)")
-	f.IntVar(&cfg.SimAgents, "sim-agents", 0, "simulated agents (0–20000) heartbeating beside the no-op ones, each holding 10 sandboxes and sending deltas; they take no placements")
+	f.IntVar(&cfg.SimAgents, "sim-agents", 0, "simulated agents (0–20000) heartbeating beside the no-op ones, each holding 10 sandboxes (written to the store as running rows first) and sending deltas; they take no placements")
 	f.DurationVar(&cfg.SimInterval, "sim-interval", 10*time.Second, "the simulated agents' heartbeat period")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of this process while the creates run to this file (go tool pprof)")
 	f.BoolVar(&cfg.PGBench, "pgbench", cfg.PGBench, "on PostgreSQL, also run pgbench for --duration with --clients (when it is installed): a single-row insert, then a create's SQL replayed")
