@@ -67,8 +67,8 @@ const wholeReadEvery = 5 * time.Minute
 // refresh re-reads the store into the snapshot: the agents whose rows changed since the last
 // read, merged into those read before (issue 16, goal 2: a tenth of the table at 10,000
 // agents), and every pending reservation. The merge sees what a whole read would: the store
-// returns every change committed after the last read's cursor (AgentsChangedSince), and
-// agents are never deleted.
+// returns every change committed after the last read's cursor (AgentsChangedSince), Berth
+// deletes no agent, and a row deleted by hand leaves at the next whole read (wholeReadEvery).
 func (s *scheduler) refresh(ctx context.Context) error { return s.load(ctx, false) }
 
 // refreshAll is refresh with a whole read of the agent table, for when changes may have been
