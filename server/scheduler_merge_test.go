@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/pgtest"
@@ -109,26 +109,21 @@ func BenchmarkSnapshotRefresh(b *testing.B) {
 	}
 	b.Cleanup(func() { st.Close() })
 	ids := make([]string, n)
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 8 {
-		wg.Go(func() {
-			for i := range work {
-				hb := berth.Heartbeat{AgentID: ids[i], Address: "http://127.0.0.1:1", Status: berth.AgentActive, CPUTotal: 8,
-					MemoryMiBTotal: 65536, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBAdmittable: 60000,
-					IntakeOpen: true, BootID: "b1"}
-				if _, err := st.ApplyHeartbeat(ctx, hb, time.Now()); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	}
+	var g errgroup.Group
+	g.SetLimit(8)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("agent-%05d", i)
-		work <- i
+		g.Go(func() error {
+			hb := berth.Heartbeat{AgentID: ids[i], Address: "http://127.0.0.1:1", Status: berth.AgentActive, CPUTotal: 8,
+				MemoryMiBTotal: 65536, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBAdmittable: 60000,
+				IntakeOpen: true, BootID: "b1"}
+			_, err := st.ApplyHeartbeat(ctx, hb, time.Now())
+			return err
+		})
 	}
-	close(work)
-	wg.Wait()
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		b.Fatal(err)

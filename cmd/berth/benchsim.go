@@ -4,8 +4,9 @@ package main
 // the node token and heartbeats every interval at its own phase, as an agent on a host of
 // its own would — its first heartbeat the whole held list, then deltas against what the
 // server acknowledged, one held sandbox's working set changing each time; its sandboxes are
-// running rows in the store — but runs nothing and takes no placements (intake closed, nothing admittable), so thousands fit in one
-// process beside the real no-op agents the creates go to.
+// running rows in the store — but runs nothing and takes no placements (intake closed,
+// nothing admittable), so thousands fit in one process beside the real no-op agents the
+// creates go to.
 
 import (
 	"context"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
@@ -52,47 +55,21 @@ func simAgentID(i int) string { return fmt.Sprintf("bench-sim-%05d", i+1) }
 // real fleet pays. 16 writers; the rows expire in a day.
 func seedSimSandboxes(ctx context.Context, st berth.Store, n int) error {
 	now := time.Now()
-	work := make(chan int)
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				for k := range simAgentHeld {
-					sb := berth.Sandbox{ID: simHeldID(i, k), Template: "shell", Tenant: simTenant, AgentID: simAgentID(i),
-						State: berth.SandboxRunning, MemoryMiB: 64, VCPUs: 1, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
-					if err := st.CreateSandbox(ctx, sb, "bench", now); err != nil {
-						select {
-						case errs <- err:
-						default:
-						}
-						return
-					}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			for k := range simAgentHeld {
+				sb := berth.Sandbox{ID: simHeldID(i, k), Template: "shell", Tenant: simTenant, AgentID: simAgentID(i),
+					State: berth.SandboxRunning, MemoryMiB: 64, VCPUs: 1, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
+				if err := st.CreateSandbox(gctx, sb, "bench", now); err != nil {
+					return fmt.Errorf("seed the simulated agents' sandboxes: %w", err)
 				}
 			}
+			return nil
 		})
 	}
-	for i := range n {
-		select {
-		case work <- i:
-		case err := <-errs:
-			close(work)
-			wg.Wait()
-			return fmt.Errorf("seed the simulated agents' sandboxes: %w", err)
-		case <-ctx.Done():
-			close(work)
-			wg.Wait()
-			return ctx.Err()
-		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return fmt.Errorf("seed the simulated agents' sandboxes: %w", err)
-	default:
-		return nil
-	}
+	return g.Wait()
 }
 
 // runSimAgents runs n simulated agents against urls until ctx ends; ready is closed once every

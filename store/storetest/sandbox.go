@@ -375,14 +375,20 @@ func testOrderingIsBytewise(t *testing.T, s berth.Store) {
 	}
 }
 
+// liveAndGone creates, on agent a1, sandbox "live" running and sandbox "gone" lost (at T0 + 1 s).
+func liveAndGone(t *testing.T, s berth.Store) {
+	t.Helper()
+	mustCreate(t, s, sandbox("live", "acme", "a1", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("gone", "acme", "a1", berth.SandboxRunning), T0)
+	mustTransition(t, s, "gone", berth.SandboxLost, "lease expired", at(time.Second))
+}
+
 // testEndedSandboxes: among the ids an agent holds, the terminal and the unknown ones are
 // what it should stop (AGT-6); live ones are not.
 func testEndedSandboxes(t *testing.T, s berth.Store) {
 	ctx := t.Context()
-	mustCreate(t, s, sandbox("live", "acme", "a1", berth.SandboxRunning), T0)
+	liveAndGone(t, s)
 	mustCreate(t, s, sandbox("starting", "acme", "a1", berth.SandboxStarting), T0)
-	mustCreate(t, s, sandbox("gone", "acme", "a1", berth.SandboxRunning), T0)
-	mustTransition(t, s, "gone", berth.SandboxLost, "lease expired", at(time.Second))
 	got, err := s.EndedSandboxes(ctx, []string{"live", "gone", "starting", "never-heard-of"})
 	if err != nil {
 		t.Fatal(err)
@@ -400,10 +406,8 @@ func testEndedSandboxes(t *testing.T, s berth.Store) {
 // unknown agent's are not mixed in.
 func testHeldEnded(t *testing.T, s berth.Store) {
 	ctx := t.Context()
-	mustCreate(t, s, sandbox("live", "acme", "a1", berth.SandboxRunning), T0)
-	mustCreate(t, s, sandbox("gone", "acme", "a1", berth.SandboxRunning), T0)
+	liveAndGone(t, s)
 	mustCreate(t, s, sandbox("other", "acme", "a2", berth.SandboxRunning), T0)
-	mustTransition(t, s, "gone", berth.SandboxLost, "lease expired", at(time.Second))
 	hb := heartbeat("a1", 2048)
 	hb.Sandboxes = []berth.HeldSandbox{{ID: "live"}, {ID: "gone"}, {ID: "never-heard-of"}, {ID: "new", Starting: true}}
 	mustHeartbeat(t, s, hb, at(2*time.Second))
