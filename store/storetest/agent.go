@@ -493,6 +493,13 @@ func testAgentsChangedSince(t *testing.T, s berth.Store) {
 		}
 	}
 
+	full, err := s.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full) != 2 || len(full[0].Sandboxes) != 2 {
+		t.Fatalf("Agents = %+v; want a1 with its 2 held sandboxes, and a2", full)
+	}
 	first := read("")
 	if !first.Full || len(first.Agents) != 2 {
 		t.Fatalf("a read without a cursor: full %v, %d agents; want every agent (2)", first.Full, len(first.Agents))
