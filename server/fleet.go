@@ -238,12 +238,10 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 		}
 	}
 	now := s.cfg.Clock()
-	sweep := false
+	sweep := !hb.Delta // a whole list is a sweep
 	if hb.Delta {
 		last, ok := s.stopSwept.Load(hb.AgentID)
 		sweep = !ok || now.Sub(last.(time.Time)) >= stopSweepEvery
-	} else {
-		s.stopSwept.Store(hb.AgentID, now) // a whole list is a sweep
 	}
 	if len(held) == 0 && !sweep {
 		return
@@ -261,9 +259,11 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 		return
 	}
 	if sweep {
+		// Only once its round has started: a sweep skipped (a round busy, every slot
+		// taken) must not put the next one off by stopSweepEvery.
 		s.stopSwept.Store(hb.AgentID, now)
 	}
-	go s.stopRound(hb, held, sweep || !hb.Delta)
+	go s.stopRound(hb, held, sweep)
 }
 
 // stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything

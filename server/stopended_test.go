@@ -99,4 +99,22 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	other := delta("sb-1")
 	other.BootID = "b2"
 	round("a delta of another boot", other, 1, 2)
+
+	// A whole list that finds a round busy is skipped, and must not count as the sweep: the
+	// next delta past stopSweepEvery since the last real sweep sweeps (found by an attack:
+	// recording it put the sweep off by a minute more, so an ended sandbox ran on ~2 min).
+	_, err = st.TransitionSandbox(ctx, "sb-1", []berth.SandboxState{berth.SandboxRunning}, berth.SandboxStopped, "deleted", "test", now)
+	must(t, err)
+	now = now.Add(stopSweepEvery - time.Second)
+	s.stopping.Store("a1", true) // a round in flight
+	skipped := whole
+	skipped.BootID = "b2"
+	s.stopEnded(skipped)
+	s.stopping.Delete("a1")
+	now = now.Add(2 * time.Second)
+	next := delta()
+	next.BootID = "b2"
+	// The sweep reads the store's held list (sb-1 and sb-2: this test's agent never stopped
+	// sb-2), and both are ended now.
+	round("the first delta a minute after the last sweep, a whole list skipped between", next, 1, 4)
 }
