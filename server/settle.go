@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"gocloud.dev/gcerrors"
@@ -15,10 +16,12 @@ import (
 // PauseTimeout plus StartingGrace, or resuming longer than StartingGrace, is settled by
 // what its agent and the snapshot store hold:
 //
-//   - pausing/snapshotting: its image stored → paused (the agent stops a guest once its
-//     image is stored, so a list that still names it is older than that); else listed by
-//     its agent → running (the checkpoint never happened or failed); else lost ("pause
-//     interrupted, no image");
+//   - pausing/snapshotting: its image stored and not listed by its agent → paused; stored
+//     and listed by a heartbeat that arrived after the grace → running (the upload failed
+//     after its file list landed and the agent restored the guest), the image dropped;
+//     stored and listed only by an older heartbeat → left for the agent's next one, for at
+//     most StaleAfter (that list may predate the guest's stop); otherwise listed → running
+//     (the checkpoint never happened or failed); else lost ("pause interrupted, no image");
 //   - resuming: its agent lists it → the heartbeat already promoted it; else paused again
 //     (its image is still there) and the agent is told to stop whatever it started.
 func (s *Server) settleCheckpoints(ctx context.Context) {
@@ -38,9 +41,10 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 			if !ok || now.Sub(since) < grace {
 				continue
 			}
-			held := s.agentHolds(ctx, sb.AgentID, sb.ID)
+			held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
+			stored := st != berth.SandboxResuming && s.imageStored(ctx, sb.Image)
 			move := berth.SandboxMove{ExpiresAt: sb.ExpiresAt, Image: sb.Image}
-			var why string
+			var why, drop string // drop: images to delete once the move is recorded
 			switch {
 			case st == berth.SandboxResuming && held:
 				continue // its agent's heartbeat promotes it
@@ -50,9 +54,17 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 				if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
 					_ = s.agents.delete(ctx, addr, sb.ID)
 				}
-			case s.imageStored(ctx, sb.Image):
-				// Before held: an agent stops the guest once its image is stored, but its
-				// last heartbeat may still list it. Running again, it would end lost.
+			case stored && held && !listedAt.After(since.Add(grace)) && now.Before(since.Add(grace+s.cfg.StaleAfter)):
+				// Both stored and listed, by a list from before the checkpoint surely ended:
+				// the list may predate the guest's stop, and the agent's next one decides.
+				continue
+			case stored && held && listedAt.After(since.Add(grace)):
+				// Listed after the checkpoint ended: the upload failed after its file list
+				// landed and the agent restored the guest. It runs; the image is stale.
+				move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
+				why = "checkpoint abandoned: agent/" + sb.AgentID + " still runs it after the checkpoint ended; its image is dropped"
+				drop = sb.Image + "/"
+			case stored && !held:
 				move.To, move.PausedAt = berth.SandboxPaused, now
 				why = "checkpoint finished without its replica: its image " + sb.Image + " is stored"
 			case held:
@@ -64,6 +76,9 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 			}
 			if ok, err := s.store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{st}, move, why, actor, now); err == nil && ok {
 				s.log.Warn("settled an abandoned checkpoint or resume", "sandbox", sb.ID, "from", st, "to", move.To, "reason", why)
+				if drop != "" {
+					s.deleteImages(ctx, drop)
+				}
 			}
 		}
 	}
@@ -80,16 +95,18 @@ func (s *Server) enteredAt(ctx context.Context, id string, st berth.SandboxState
 
 // agentHolds reports whether agent id's latest heartbeat lists sandbox sbID.
 func (s *Server) agentHolds(ctx context.Context, id, sbID string) bool {
+	held, _ := s.agentList(ctx, id, sbID)
+	return held
+}
+
+// agentList reports whether agent id's latest heartbeat lists sandbox sbID, and when that
+// heartbeat arrived (zero when the agent is unknown).
+func (s *Server) agentList(ctx context.Context, id, sbID string) (bool, time.Time) {
 	a, err := s.store.Agent(ctx, id)
 	if err != nil {
-		return false
+		return false, time.Time{}
 	}
-	for _, h := range a.Sandboxes {
-		if h.ID == sbID {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(a.Sandboxes, func(h berth.HeldSandbox) bool { return h.ID == sbID }), a.LastSeen
 }
 
 // imageStored reports whether the snapshot store holds image complete (its file list is

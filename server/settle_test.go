@@ -14,9 +14,8 @@ import (
 // TestPAUSE1_SweeperSettlesAbandonedCheckpoints: a replica that died in the middle of a
 // pause, a snapshot move or a resume leaves its sandbox in pausing, snapshotting or
 // resuming; once the grace passes, the sweeper settles each by what the agent and the
-// snapshot store hold — image stored: paused, even while the agent's last heartbeat still
-// lists it (it stops a guest once the image is stored); still listed: running again;
-// neither: lost; a resume its agent never listed: paused again with its image.
+// snapshot store hold — still listed: running again; image stored: paused; neither: lost; a
+// resume its agent never listed: paused again with its image.
 func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -36,11 +35,9 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	put("sb-stored", berth.SandboxSnapshotting, "sb-stored/1")
 	put("sb-gone", berth.SandboxPausing, "sb-gone/1")
 	put("sb-resume", berth.SandboxResuming, "sb-resume/1")
-	put("sb-held-stored", berth.SandboxPausing, "sb-held-stored/1")
 	must(t, bucket.WriteAll(ctx, "sb-stored/1/files.json", []byte(`{"files":[]}`), nil))
-	must(t, bucket.WriteAll(ctx, "sb-held-stored/1/files.json", []byte(`{"files":[]}`), nil))
 	_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now, Sandboxes: []berth.HeldSandbox{{ID: "sb-held"}, {ID: "sb-held-stored"}}}, now)
+		IntakeOpen: true, HeartbeatAt: now, Sandboxes: []berth.HeldSandbox{{ID: "sb-held"}}}, now)
 	must(t, err)
 
 	now = now.Add(90 * time.Second) // past the resume's grace, not the checkpoints'
@@ -55,8 +52,7 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	put("sb-young", berth.SandboxPausing, "") // entered just now: left alone
 	h.s.settleCheckpoints(ctx)
 	want = map[string]berth.SandboxState{"sb-held": berth.SandboxRunning, "sb-stored": berth.SandboxPaused,
-		"sb-held-stored": berth.SandboxPaused, // listed by a heartbeat from before its agent stopped it
-		"sb-gone":        berth.SandboxLost, "sb-resume": berth.SandboxPaused, "sb-young": berth.SandboxPausing}
+		"sb-gone": berth.SandboxLost, "sb-resume": berth.SandboxPaused, "sb-young": berth.SandboxPausing}
 	for id, st := range want {
 		sb, err := h.st.Sandbox(ctx, id)
 		if err != nil || sb.State != st {
@@ -69,4 +65,63 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	if a.deletes.Load() != 1 {
 		t.Fatalf("agent told to stop %d sandboxes, want the abandoned resume's", a.deletes.Load())
 	}
+}
+
+// TestPAUSE1_SettleStoredAndListed: a pause whose image is stored while its agent's list still
+// names the sandbox is judged by when that list arrived. A list from before the checkpoint
+// surely ended (the grace) may predate the guest's stop: the sweeper waits for the next one,
+// and a next list without it means paused. A list that arrived after the grace and still
+// names it means the upload failed after its file list landed and the agent restored the
+// guest (found by an attack): running, the stale image dropped. An agent silent for
+// StaleAfter past the grace: running, as for any listed sandbox.
+func TestPAUSE1_SettleStoredAndListed(t *testing.T) {
+	t0 := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	now := t0
+	bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
+	must(t, err)
+	t.Cleanup(func() { bucket.Close() })
+	h := newHarnessWith(t, func(c *Config) {
+		c.Clock, c.Snapshots, c.StartingGrace, c.PauseTimeout, c.StaleAfter = func() time.Time { return now }, bucket,
+			time.Minute, time.Minute, 30*time.Second
+	})
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	beat := func(agent string, ids ...string) {
+		t.Helper()
+		hb := berth.Heartbeat{AgentID: agent, Address: a.srv.URL, Status: berth.AgentActive, IntakeOpen: true, HeartbeatAt: now}
+		for _, id := range ids {
+			hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id})
+		}
+		_, err := h.st.ApplyHeartbeat(ctx, hb, now)
+		must(t, err)
+	}
+	for _, sb := range []struct{ id, agent string }{{"sb-stopped", "a1"}, {"sb-restored", "a1"}, {"sb-silent", "a2"}} {
+		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: sb.id, Template: "python", Tenant: "acme", AgentID: sb.agent,
+			State: berth.SandboxPausing, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: sb.id + "/1"}, "test", now))
+		must(t, bucket.WriteAll(ctx, sb.id+"/1/files.json", []byte(`{"files":[]}`), nil))
+	}
+	beat("a1", "sb-stopped", "sb-restored")
+	beat("a2", "sb-silent")
+	check := func(when string, want map[string]berth.SandboxState) {
+		t.Helper()
+		h.s.settleCheckpoints(ctx)
+		for id, st := range want {
+			if sb, err := h.st.Sandbox(ctx, id); err != nil || sb.State != st {
+				t.Errorf("%s: %s is %s (%s), %v; want %s", when, id, sb.State, sb.Reason, err, st)
+			}
+		}
+	}
+
+	now = t0.Add(2*time.Minute + 5*time.Second) // past the grace; the lists are from before it
+	check("lists from before the grace", map[string]berth.SandboxState{
+		"sb-stopped": berth.SandboxPausing, "sb-restored": berth.SandboxPausing, "sb-silent": berth.SandboxPausing})
+	now = t0.Add(2*time.Minute + 10*time.Second)
+	beat("a1", "sb-restored") // sb-stopped's guest stopped; sb-restored's runs on
+	check("a1's list after the grace", map[string]berth.SandboxState{
+		"sb-stopped": berth.SandboxPaused, "sb-restored": berth.SandboxRunning, "sb-silent": berth.SandboxPausing})
+	if ok, err := bucket.Exists(ctx, "sb-restored/1/files.json"); err != nil || ok {
+		t.Errorf("the restored guest's stale image is still stored (%v); want it dropped", err)
+	}
+	now = t0.Add(2*time.Minute + 31*time.Second) // a2 silent for StaleAfter past the grace
+	check("a2 silent past StaleAfter", map[string]berth.SandboxState{"sb-silent": berth.SandboxRunning})
 }
