@@ -80,7 +80,14 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 	defer os.RemoveAll(dir)
 
 	start := time.Now()
-	if err := a.ckpt.Checkpoint(ctx, id, dir); err != nil {
+	// The runtime's step is never cut short by the caller: a checkpoint killed half-way (a
+	// runsc process ended mid-save) could leave the guest saved and stopped after this had
+	// answered that it runs on. It has its own bound, checkpointRuntimeMax; a caller out of
+	// time or gone meanwhile stops the upload instead, below.
+	step, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointRuntimeMax)
+	err = a.ckpt.Checkpoint(step, id, dir)
+	cancel()
+	if err != nil {
 		if m, merr := a.rt.Measure(id); merr == nil && !m.Exited {
 			keep()
 			return res, berth.Errorf(berth.EUnavailable, "checkpoint of %s failed; it runs on here: %v", id, err)
@@ -93,7 +100,7 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 	res.ImageBytes = dirBytes(dir)
 
 	start = time.Now()
-	st, err := snapshot.WriteDir(ctx, a.cfg.SnapshotStore, image, dir)
+	st, err := snapshot.WriteDir(ctx, a.cfg.SnapshotStore, image, dir) // out of time or gone: fails, restored below
 	if err != nil {
 		// The guest is stopped but its image is here: bring it back rather than lose it.
 		vol, _ := a.volumeDir(spec.Volume)
@@ -201,7 +208,8 @@ func dirBytes(dir string) int64 {
 
 // handleCheckpoint is POST /internal/sandboxes/{id}/checkpoint. A checkpoint is bounded by
 // the calling server's wait (berth.HeaderTimeout) less a margin for the answer's way back:
-// one that would outlast it stops, and the guest runs on here (Checkpoint's failure paths).
+// one that would outlast it is not uploaded (or its upload stops), and the guest is restored
+// and runs on here (Checkpoint's failure paths).
 // Unbounded, a checkpoint cut off from its server (a partition; the connection never seen to
 // close) could store its image and stop the guest after the server's sweeper had recorded the
 // sandbox running again, and the sandbox would end lost with its image orphaned.
@@ -224,6 +232,10 @@ func (a *Agent) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
 }
+
+// checkpointRuntimeMax bounds the runtime's own checkpoint of one guest (Agent.Checkpoint),
+// which no caller's deadline cuts short.
+const checkpointRuntimeMax = 10 * time.Minute
 
 // maxCallerWait caps what callerWait believes: a day, far beyond any server's PauseTimeout.
 const maxCallerWait = 24 * time.Hour
