@@ -146,7 +146,9 @@ func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	}
 	res.Outstanding, res.OutstandingM = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
 	if cfg.Cleanup {
-		benchCleanup(ctx, hc, cfg.Key, created, cfg.Clients)
+		cctx, cancel := context.WithTimeout(ctx, benchCleanupMax)
+		benchCleanup(cctx, hc, cfg.Key, created, cfg.Clients)
+		cancel()
 		res.AfterCleanup, _ = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
 	}
 	return res, nil
@@ -211,6 +213,10 @@ func benchLedger(ctx context.Context, hc *http.Client, url, key string) (int, in
 	}
 	return len(out.Reservations), mib
 }
+
+// benchCleanupMax bounds the clean-up's deletes; what is left after it stays (the report's
+// ledger line after the clean-up shows it).
+const benchCleanupMax = 2 * time.Minute
 
 func benchCleanup(ctx context.Context, hc *http.Client, key string, created []createdRef, workers int) {
 	ch := make(chan createdRef)
