@@ -30,8 +30,11 @@ type AgentStore interface {
 	// a delta (hb.Delta) is applied onto the held list of the same boot's heartbeat
 	// hb.BaseSeq, which the store keeps per sandbox, and refused (Resync, only hb.Ended
 	// applied) when the store holds any other base. It costs what the heartbeat lists, not
-	// what the agent holds.
-	RecordHeartbeat(ctx context.Context, hb Heartbeat, now time.Time) (HeartbeatResult, error)
+	// what the agent holds. credHash is the SHA-256 (hex) of the credential the heartbeat came
+	// with: the heartbeat is applied only if it is a live credential of hb.AgentID, checked in
+	// the same transaction (ErrRevoked otherwise, nothing applied; TRUST-1). "" skips that
+	// check (the caller authenticated otherwise); an admin revoke of the id is checked always.
+	RecordHeartbeat(ctx context.Context, hb Heartbeat, credHash string, now time.Time) (HeartbeatResult, error)
 	// Agents returns every known agent.
 	Agents(ctx context.Context) ([]Agent, error)
 	// AgentsChangedSince reads the agent table for placement's snapshot, without held lists
@@ -223,6 +226,14 @@ type Store interface {
 	AppStore
 	IdempotencyStore
 	AgentCredentialStore
+	// ClaimSweep claims fleet-wide sweep name for one run at now (issue 16, goal 2): it
+	// reports true, and records now as the claim, when no replica claimed name in the
+	// period every before now — or when the recorded claim lies more than every after now,
+	// written by a clock since set back. Of concurrent claims of one period (every > 0, the
+	// claimers' clocks less than every apart), exactly one wins. An empty name or a negative
+	// every is an error. So replicas that each call it before a sweep run the
+	// sweep once per period between them, not once each.
+	ClaimSweep(ctx context.Context, name string, now time.Time, every time.Duration) (bool, error)
 	// Ping checks the store is reachable and accepts a write, changing nothing (for /readyz,
 	// issue 15).
 	Ping(ctx context.Context) error

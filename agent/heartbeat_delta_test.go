@@ -194,7 +194,7 @@ func TestHeartbeat_ResyncWhenTheServerLostTheBase(t *testing.T) {
 	// stale copy of its state that a proxy replayed): the server now holds seq 2's list.
 	hb := a.Heartbeat(time.Now())
 	hb.Sandboxes = nil
-	if _, err := st.RecordHeartbeat(ctx, hb, time.Now()); err != nil {
+	if _, err := st.RecordHeartbeat(ctx, hb, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	tap.take()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"sync"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
@@ -57,13 +58,20 @@ func (s *Server) joinAgent(w http.ResponseWriter, r *http.Request) {
 // agentCredential resolves the request's bearer as a live agent credential (TRUST-1).
 // Errors: 401 unauthorized for a missing, unknown or revoked credential (the join token
 // itself is not a credential); unavailable if the store fails. Credentials are read from the
-// store on every call, never cached, so a revoke holds at once on every replica.
+// store on every call, never cached, so a revoke holds at once on every replica. Heartbeats
+// alone use heartbeatCredential, whose cache the store's own check inside the heartbeat
+// covers.
 func (s *Server) agentCredential(ctx context.Context, r *http.Request) (berth.AgentCredential, error) {
 	secret := bearer(r)
 	if secret == "" {
 		return berth.AgentCredential{}, berth.Errorf(berth.EUnauthorized, "missing agent credential: join at POST /v1/agents/join and send Authorization: Bearer <credential>")
 	}
-	c, err := s.store.AgentCredentialByHash(ctx, HashKey(secret))
+	return s.credentialByHash(ctx, HashKey(secret))
+}
+
+// credentialByHash is agentCredential for a bearer already hashed (HashKey).
+func (s *Server) credentialByHash(ctx context.Context, hash string) (berth.AgentCredential, error) {
+	c, err := s.store.AgentCredentialByHash(ctx, hash)
 	if errors.Is(err, berth.ErrNotFound) {
 		return c, berth.Errorf(berth.EUnauthorized, "unknown agent credential (the node token is a join token only: POST /v1/agents/join)")
 	}
@@ -74,6 +82,65 @@ func (s *Server) agentCredential(ctx context.Context, r *http.Request) (berth.Ag
 		return c, berth.Errorf(berth.EUnauthorized, "agent credential revoked (%s); join again", c.RevokedBy)
 	}
 	return c, nil
+}
+
+// heartbeatCredential is agentCredential for POST /v1/agents/heartbeat, with the bearer's
+// hash: a credential this replica has read live before is answered from heartbeatCreds, with
+// no store read (issue 16, goal 2: the read was a round trip of its own on every heartbeat).
+// That is safe because the binding of a credential to its agent id never changes (credentials
+// are never rebound or deleted) and the heartbeat's own transaction checks, under the id's
+// credential lock, that the credential is still live (Store.RecordHeartbeat's credHash): a
+// revoke, on any replica, holds at the next heartbeat as before. Unknown and revoked
+// credentials are never cached, so they cost a store read and a 401 before the body is read.
+func (s *Server) heartbeatCredential(ctx context.Context, r *http.Request) (berth.AgentCredential, string, error) {
+	secret := bearer(r)
+	if secret == "" {
+		_, err := s.agentCredential(ctx, r)
+		return berth.AgentCredential{}, "", err
+	}
+	hash := HashKey(secret)
+	if id, ok := s.heartbeatCreds.get(hash); ok {
+		return berth.AgentCredential{Hash: hash, AgentID: id}, hash, nil
+	}
+	c, err := s.credentialByHash(ctx, hash)
+	if err == nil {
+		s.heartbeatCreds.put(hash, c.AgentID)
+	}
+	return c, hash, err
+}
+
+// credCacheMax bounds a credCache: a put that finds it full empties it first, and it refills
+// from the store at one read per live agent (a fleet's agents are each in it once).
+const credCacheMax = 1 << 16
+
+// credCache maps the hashes of agent credentials read live from the store to the agent id
+// each is bound to (heartbeatCredential). Safe for concurrent use.
+type credCache struct {
+	mu  sync.Mutex
+	ids map[string]string
+}
+
+func (c *credCache) get(hash string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.ids[hash]
+	return id, ok
+}
+
+func (c *credCache) put(hash, agentID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil || len(c.ids) >= credCacheMax {
+		c.ids = make(map[string]string)
+	}
+	c.ids[hash] = agentID
+}
+
+// drop forgets hash: the store refused a heartbeat under it.
+func (c *credCache) drop(hash string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.ids, hash)
 }
 
 // sameAgent checks credential c names agentID: a credential of another agent is 403

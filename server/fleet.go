@@ -150,7 +150,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	// body does not make a heartbeat look younger than it is (last_seen; settleUnheld
 	// compares it with when a sandbox entered running).
 	now := s.cfg.Clock()
-	cred, err := s.agentCredential(r.Context(), r)
+	cred, credHash, err := s.heartbeatCredential(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -175,9 +175,15 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.store.RecordHeartbeat(r.Context(), hb, now)
+	res, err := s.store.RecordHeartbeat(r.Context(), hb, credHash, now)
 	if errors.Is(err, berth.ErrRevoked) {
-		// Revoked while this heartbeat was on its way: it is not applied (TRUST-1).
+		// Revoked, by an admin or a rejoin, before or while this heartbeat was on its way: it
+		// is not applied (TRUST-1). The credential leaves the cache, and the store says which.
+		s.heartbeatCreds.drop(credHash)
+		if _, cerr := s.credentialByHash(r.Context(), credHash); berth.ErrorCode(cerr) == berth.EUnauthorized {
+			s.writeError(w, r, cerr)
+			return
+		}
 		s.writeError(w, r, berth.Errorf(berth.EUnauthorized, "agent credential revoked; join again under a new agent id"))
 		return
 	}
@@ -201,6 +207,30 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 // store says the agent holds rather than only those a delta heartbeat lists (issue 16, goal
 // 2): a sandbox the store ended while the agent kept it unchanged is stopped within this.
 const stopSweepEvery = time.Minute
+
+// stopForgetAfter is how long after its last AGT-6 sweep on this replica an agent's memory
+// here (stopSwept, stopLive) is dropped (forgetStopRounds): an agent heartbeating to this
+// replica is swept every stopSweepEvery, so one not swept for this long went away or
+// heartbeats elsewhere now; if it comes back, its next heartbeat sweeps at once, as for an
+// agent met for the first time.
+const stopForgetAfter = 10 * stopSweepEvery
+
+// forgetStopRounds drops the AGT-6 memory of agents not swept for stopForgetAfter, at most
+// once per stopSweepEvery (the sweeper calls it every sweep): without it, a replica kept an
+// entry for every agent id it ever met, which grows without bound with churning ids.
+func (s *Server) forgetStopRounds(now time.Time) {
+	if last := s.stopForgotAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < stopSweepEvery {
+		return
+	}
+	s.stopForgotAt.Store(now.UnixNano())
+	s.stopSwept.Range(func(id, at any) bool {
+		if now.Sub(at.(time.Time)) >= stopForgetAfter {
+			s.stopSwept.Delete(id)
+			s.stopLive.Delete(id)
+		}
+		return true
+	})
+}
 
 // liveHeld is what one stopEnded round found live in the store among the sandboxes an
 // agent of one boot holds. It is replaced, never changed, so heartbeats read it unlocked.

@@ -126,7 +126,9 @@ func TestHeartbeatRoundTrips(t *testing.T) {
 			hb := berth.Heartbeat{AgentID: "a1", Address: "http://127.0.0.1:1", Status: berth.AgentActive, IntakeOpen: true,
 				MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 1 << 20, MemoryMiBAdmittable: 1 << 20, CPUTotal: 2,
 				BootID: "b1", Seq: 1, HeartbeatAt: now}
-			res, err := st.RecordHeartbeat(ctx, hb, now)
+			// Under a live credential, as the server sends them: the check is in the batch.
+			must(t, st.JoinAgent(ctx, berth.AgentCredential{AgentID: "a1", Hash: "a1-h", CreatedAt: now}))
+			res, err := st.RecordHeartbeat(ctx, hb, "a1-h", now)
 			if err != nil || !res.Applied {
 				t.Fatalf("whole heartbeat: %+v, %v", res, err)
 			}
@@ -138,7 +140,7 @@ func TestHeartbeatRoundTrips(t *testing.T) {
 					change(&hb)
 				}
 				before := rt.RoundTrips()
-				res, err := st.RecordHeartbeat(ctx, hb, now)
+				res, err := st.RecordHeartbeat(ctx, hb, "a1-h", now)
 				if err != nil || !res.Applied {
 					t.Fatalf("delta %d: %+v, %v", hb.Seq, res, err)
 				}

@@ -38,7 +38,8 @@ type Config struct {
 	SweepInterval  time.Duration
 	// UnheldEvery is how often a sweep also looks for running rows their live agent no longer
 	// holds (settleUnheld; default 30 s, 0: every sweep, negative: never): that read grows
-	// with the running sandboxes of live hosts (docs/DECISIONS.md).
+	// with the running sandboxes of live hosts (docs/DECISIONS.md), so with a positive
+	// period one replica a period does it for all (Store.ClaimSweep).
 	UnheldEvery time.Duration
 	// CacheTTL is how long the cached agent table may be used before a re-read (PLC-5,
 	// default 1 s; heartbeats this replica receives update it in between).
@@ -176,8 +177,13 @@ type Server struct {
 	stopping  sync.Map               // agent id → a stopEnded round in flight
 	stopSwept sync.Map               // agent id → when stopEnded last checked all it holds (time.Time)
 	stopLive  sync.Map               // agent id → *liveHeld: what stopEnded last found live in the store
-	unheldAt  atomic.Int64           // when settleUnheld last ran (unix ns), for UnheldEvery
-	log       *slog.Logger
+	// stopForgotAt is when forgetStopRounds last dropped departed agents' entries (unix ns).
+	stopForgotAt atomic.Int64
+	// heartbeatCreds holds the credentials heartbeats came with that the store had live
+	// (heartbeatCredential); the heartbeat's transaction re-checks them.
+	heartbeatCreds credCache
+	unheldAt       atomic.Int64 // when settleUnheld last ran (unix ns), for UnheldEvery
+	log            *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
 	// this replica; appSeen when each app last had a request open here (its start, while
 	// open, and its end), appFlushed when that was last written to the store, appFlushing
@@ -369,6 +375,7 @@ func (s *Server) sweep(ctx context.Context) {
 	s.settleCheckpoints(ctx)
 	s.settleStopping(ctx)
 	s.settleUnheld(ctx)
+	s.forgetStopRounds(s.cfg.Clock())
 	s.purgeEnded(ctx)
 	s.forgetCalls(ctx)
 	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})

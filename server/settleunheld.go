@@ -14,6 +14,9 @@ import (
 // instead of holding one sweep for minutes.
 const unheldPerSweep = 100
 
+// unheldSweep is settleUnheld's name for Store.ClaimSweep.
+const unheldSweep = "unheld"
+
 // unheldGrace is how long after a sandbox entered running its agent's held list must have been
 // received before leaving it out counts (settleUnheld): StaleAfter (30 s by default), or two
 // heartbeat intervals of at least a second if that is longer. A heartbeat the agent composed
@@ -37,7 +40,8 @@ func (s *Server) unheldGrace() time.Duration {
 // sweeper/<replica>), at most unheldPerSweep a sweep; an app's lost sandbox is placed again
 // at the reconciler's next round, kicked now. Silent agents are the leases' business (LIF-2)
 // and a restarted agent's first heartbeat settles its own (AGT-6). It runs at most every
-// Config.UnheldEvery.
+// Config.UnheldEvery, and with a positive UnheldEvery once per period across the replicas
+// sharing the store (Store.ClaimSweep): the read grows with the fleet's running sandboxes.
 func (s *Server) settleUnheld(ctx context.Context) {
 	now := s.cfg.Clock()
 	if s.cfg.UnheldEvery < 0 {
@@ -47,6 +51,22 @@ func (s *Server) settleUnheld(ctx context.Context) {
 		return // looked less than UnheldEvery ago
 	}
 	s.unheldAt.Store(now.UnixNano())
+	if every := s.cfg.UnheldEvery; every > 0 {
+		// One replica a period does it for all: the read is fleet-wide and the same on every
+		// replica. A claim lost to another replica is tried again a quarter period later, so
+		// if that replica dies the sweep is at most 1¼ periods late.
+		claimed, err := s.store.ClaimSweep(ctx, unheldSweep, now, every)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("unheld running sandboxes: cannot claim the sweep", "err", err)
+			}
+			return
+		}
+		if !claimed {
+			s.unheldAt.Store(now.Add(-every * 3 / 4).UnixNano())
+			return
+		}
+	}
 	grace := s.unheldGrace()
 	unheld, err := s.store.UnheldRunning(ctx, now.Add(-s.cfg.StaleAfter), grace, unheldPerSweep)
 	if err != nil {

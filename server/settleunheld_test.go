@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,4 +275,61 @@ func heldBeat(h *clockHarness, addr string, seq int64, held ...string) berth.Hea
 		b.Sandboxes = append(b.Sandboxes, berth.HeldSandbox{ID: id})
 	}
 	return b
+}
+
+// unheldReads counts the store's UnheldRunning reads.
+type unheldReads struct {
+	berth.Store
+	n atomic.Int64
+}
+
+func (u *unheldReads) UnheldRunning(ctx context.Context, seenSince time.Time, grace time.Duration, limit int) ([]berth.UnheldSandbox, error) {
+	u.n.Add(1)
+	return u.Store.UnheldRunning(ctx, seenSince, grace, limit)
+}
+
+// TestAGT6_UnheldSweepOncePerPeriodAcrossReplicas (issue 16, goal 2): two replicas sharing a
+// store, on SQLite and PostgreSQL, both sweeping, read the running sandboxes their agents no
+// longer hold once per UnheldEvery between them, not once each; when the replica that had
+// been doing it stops, the other takes over within a quarter period of the next period.
+func TestAGT6_UnheldSweepOncePerPeriodAcrossReplicas(t *testing.T) {
+	onEachStore(t, func(t *testing.T, st berth.Store) {
+		ctx := t.Context()
+		counted := &unheldReads{Store: st}
+		clk := &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}
+		replica := func(id string) *Server {
+			cfg := DefaultConfig()
+			cfg.ReplicaID, cfg.Clock, cfg.UnheldEvery = id, clk.Now, 30*time.Second
+			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			return New(cfg, counted)
+		}
+		a, b := replica("a"), replica("b")
+		reads := func(step string, sweepers []*Server, want int64) {
+			t.Helper()
+			before := counted.n.Load()
+			for _, s := range sweepers {
+				s.settleUnheld(ctx)
+			}
+			if got := counted.n.Load() - before; got != want {
+				t.Fatalf("%s: %d reads of the unheld running sandboxes, want %d", step, got, want)
+			}
+		}
+		both := []*Server{a, b}
+		reads("t=0, both sweep", both, 1)
+		for range 5 { // t = 5 … 25 s
+			clk.Add(5 * time.Second)
+			reads(fmt.Sprintf("t=%s, both sweep", clk.Now().Sub(time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC))), both, 0)
+		}
+		clk.Add(5 * time.Second)
+		reads("t=30s, both sweep", both, 1)
+		// a stops; b takes over once a's claim is a period old, within a quarter period.
+		for range 6 { // t = 35 … 60 s
+			clk.Add(5 * time.Second)
+			want := int64(0)
+			if clk.Now().Sub(time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)) == 60*time.Second {
+				want = 1
+			}
+			reads(fmt.Sprintf("t=%s, b alone", clk.Now().Sub(time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC))), []*Server{b}, want)
+		}
+	})
 }

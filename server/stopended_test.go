@@ -118,3 +118,38 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	// sb-2), and both are ended now.
 	round("the first delta a minute after the last sweep, a whole list skipped between", next, 1, 4)
 }
+
+// TestAGT6_ForgetsDepartedAgents: a replica drops its AGT-6 memory (stopSwept, stopLive) of
+// an agent not swept for stopForgetAfter, keeps it for agents swept since, and looks at most
+// once per stopSweepEvery; before, an entry stayed for every agent id the replica ever met.
+func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
+	s := New(DefaultConfig(), nil)
+	t0 := time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)
+	remember := func(id string, swept time.Time) {
+		s.stopSwept.Store(id, swept)
+		s.rememberLive(id, "boot-1", []string{id + "-sb"}, nil, true)
+	}
+	has := func(id string) bool {
+		_, swept := s.stopSwept.Load(id)
+		_, live := s.stopLive.Load(id)
+		if swept != live {
+			t.Fatalf("%s: in stopSwept %v, in stopLive %v; want both or neither", id, swept, live)
+		}
+		return swept
+	}
+	remember("gone", t0)
+	remember("here", t0.Add(stopForgetAfter-stopSweepEvery/2))
+	s.forgetStopRounds(t0.Add(stopForgetAfter))
+	if has("gone") || !has("here") {
+		t.Fatalf("after a look at stopForgetAfter: gone %v, here %v; want only here kept", has("gone"), has("here"))
+	}
+	remember("gone-later", t0)
+	s.forgetStopRounds(t0.Add(stopForgetAfter + stopSweepEvery/2))
+	if !has("gone-later") {
+		t.Fatal("a second look within stopSweepEvery dropped an entry: it should not have looked")
+	}
+	s.forgetStopRounds(t0.Add(stopForgetAfter + stopSweepEvery))
+	if has("gone-later") || !has("here") {
+		t.Fatalf("after the next look: gone-later %v, here %v; want only here kept", has("gone-later"), has("here"))
+	}
+}

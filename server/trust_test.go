@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,5 +171,137 @@ func TestTRUST1_AgentCredentialBindsItsID(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), credA) || !strings.Contains(string(body), `"revoked_by":"admin"`) {
 		t.Errorf("GET /v1/agents/credentials: %d %s; want a's credential listed revoked by admin, no secret", resp.StatusCode, body)
+	}
+}
+
+// credentialReads counts the store's credential reads under a real store.
+type credentialReads struct {
+	berth.Store
+	n atomic.Int64
+}
+
+func (c *credentialReads) AgentCredentialByHash(ctx context.Context, hash string) (berth.AgentCredential, error) {
+	c.n.Add(1)
+	return c.Store.AgentCredentialByHash(ctx, hash)
+}
+
+// TestTRUST1_HeartbeatCredentialCachedYetRevocable: a replica reads a heartbeat credential
+// from the store once, not on every heartbeat (issue 16, goal 2), and a revoke still holds at
+// the next heartbeat (TRUST-1): after a rejoin the old credential's heartbeat is refused 401
+// and applies nothing, though this replica had it cached; after an admin revoke, likewise
+// for the new one; unknown credentials are never cached. Real SQLite, real HTTP.
+func TestTRUST1_HeartbeatCredentialCachedYetRevocable(t *testing.T) {
+	ctx := context.Background()
+	inner, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inner.Close() })
+	st := &credentialReads{Store: inner}
+	cfg := server.DefaultConfig()
+	cfg.NodeToken, cfg.Logger = "node-token", slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(server.New(cfg, st).Handler())
+	t.Cleanup(srv.Close)
+	admin := server.NewKeySecret()
+	if err := st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: server.HashKey(admin), CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	call := func(path, key string, body any) (int, berth.ErrorBody) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb berth.ErrorBody
+		out, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(out, &eb)
+		if resp.StatusCode == http.StatusCreated { // a join answers the credential
+			var j struct{ Credential string }
+			_ = json.Unmarshal(out, &j)
+			eb.Error.Message = j.Credential
+		}
+		return resp.StatusCode, eb
+	}
+	join := func() string {
+		t.Helper()
+		code, eb := call("/v1/agents/join", "node-token", map[string]string{"agent_id": "a"})
+		if code != http.StatusCreated || eb.Error.Message == "" {
+			t.Fatalf("join: %d %+v", code, eb)
+		}
+		return eb.Error.Message
+	}
+	var seq int64
+	beat := func(cred, address string) (int, berth.ErrorBody) {
+		t.Helper()
+		seq++
+		return call("/v1/agents/heartbeat", cred, berth.Heartbeat{AgentID: "a", Address: address, Status: berth.AgentActive,
+			IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096,
+			CPUTotal: 2, BootID: "boot-1", Seq: seq})
+	}
+	address := func() string {
+		t.Helper()
+		a, err := st.Agent(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Address
+	}
+
+	old := join()
+	for range 5 {
+		if code, eb := beat(old, "http://127.0.0.1:1"); code != http.StatusOK {
+			t.Fatalf("heartbeat: %d %+v", code, eb)
+		}
+	}
+	if n := st.n.Load(); n != 1 {
+		t.Errorf("5 heartbeats under one credential read it %d times from the store, want once", n)
+	}
+
+	// A rejoin on any replica (here, through the store's own path) revokes the old credential:
+	// this replica has it cached, and its next heartbeat is still refused.
+	fresh := join()
+	if code, eb := beat(old, "http://127.0.0.1:2"); code != http.StatusUnauthorized || eb.Error.Code != berth.EUnauthorized ||
+		!strings.Contains(eb.Error.Message, "rejoin") {
+		t.Errorf("heartbeat under the credential a rejoin replaced: %d %+v; want 401 unauthorized saying rejoin", code, eb)
+	}
+	if got := address(); got != "http://127.0.0.1:1" {
+		t.Errorf("address %q after the refused heartbeat: it was applied", got)
+	}
+	if code, eb := beat(fresh, "http://127.0.0.1:3"); code != http.StatusOK || address() != "http://127.0.0.1:3" {
+		t.Errorf("heartbeat under the new credential: %d %+v, address %q", code, eb, address())
+	}
+	before := st.n.Load()
+	if code, _ := beat(old, "http://127.0.0.1:2"); code != http.StatusUnauthorized || st.n.Load() != before+1 {
+		t.Errorf("the replaced credential again: %d after %d store reads; want 401 from a store read (refused ones leave the cache)", code, st.n.Load()-before)
+	}
+
+	// An admin revoke: the new credential, cached, is refused at its next heartbeat.
+	if code, eb := call("/v1/agents/a/revoke", admin, nil); code != http.StatusOK {
+		t.Fatalf("admin revoke: %d %+v", code, eb)
+	}
+	if code, eb := beat(fresh, "http://127.0.0.1:4"); code != http.StatusUnauthorized || !strings.Contains(eb.Error.Message, "admin") {
+		t.Errorf("heartbeat under a cached credential after an admin revoke: %d %+v; want 401 saying admin", code, eb)
+	}
+	if got := address(); got != "http://127.0.0.1:3" {
+		t.Errorf("address %q after the refused heartbeat: it was applied", got)
+	}
+
+	// Unknown credentials are read each time, never cached.
+	unknown := server.NewKeySecret()
+	before = st.n.Load()
+	for range 3 {
+		if code, _ := beat(unknown, "http://127.0.0.1:5"); code != http.StatusUnauthorized {
+			t.Errorf("heartbeat under an unknown credential: %d, want 401", code)
+		}
+	}
+	if n := st.n.Load() - before; n != 3 {
+		t.Errorf("3 heartbeats under an unknown credential read the store %d times, want 3", n)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // record runs RecordHeartbeat and fails the test on an error.
 func record(t *testing.T, s berth.Store, hb berth.Heartbeat, now time.Time) berth.HeartbeatResult {
 	t.Helper()
-	res, err := s.RecordHeartbeat(t.Context(), hb, now)
+	res, err := s.RecordHeartbeat(t.Context(), hb, "", now)
 	if err != nil {
 		t.Fatalf("RecordHeartbeat(%s seq %d): %v", hb.AgentID, hb.Seq, err)
 	}

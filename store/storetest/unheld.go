@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,4 +153,61 @@ func UnheldAfterOldReplica(t *testing.T, s berth.Store, exec func(query string) 
 	wantUnheld(t, s, "after this release's next heartbeat", T0, unheldGrace, 0, []berth.UnheldSandbox{
 		{ID: "ghost", AgentID: "a1", RunningSince: T0, HeldAt: at(2 * time.Minute)},
 	})
+}
+
+// testClaimSweep: ClaimSweep gives a fleet-wide sweep to one claimer per period — the first
+// claim of a name, then the first at or after its period's end, never one inside it — keeps
+// names apart, lets a claim recorded by a clock since set back (more than a period ahead) be
+// overwritten, refuses a negative period, and of many concurrent claims of one period lets
+// exactly one win.
+func testClaimSweep(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	const every = 30 * time.Second
+	claim := func(name string, now time.Time, want bool) {
+		t.Helper()
+		got, err := s.ClaimSweep(ctx, name, now, every)
+		if err != nil || got != want {
+			t.Fatalf("ClaimSweep(%q, %v): %v, %v; want %v", name, now, got, err, want)
+		}
+	}
+	claim("unheld", at(0), true)
+	claim("unheld", at(0), false)
+	claim("unheld", at(every-time.Millisecond), false)
+	claim("other", at(time.Second), true) // names are apart
+	claim("unheld", at(every), true)
+	claim("unheld", at(every+time.Second), false)
+	// A clock set back: a recorded claim less than a period ahead of now still holds its
+	// period; one more than a period ahead (at(every) seen from just before at(0)) is
+	// overwritten, and the new claim holds its own period.
+	claim("unheld", at(time.Second), false)
+	claim("unheld", at(-time.Millisecond), true)
+	claim("unheld", at(0), false)
+	if _, err := s.ClaimSweep(ctx, "unheld", at(time.Hour), -time.Second); err == nil {
+		t.Error("ClaimSweep with a negative period: no error")
+	}
+	if _, err := s.ClaimSweep(ctx, "", at(time.Hour), every); err == nil {
+		t.Error("ClaimSweep with an empty name: no error")
+	}
+
+	// Racing: many claimers of one period, a fresh name each round.
+	for round := range 5 {
+		name := fmt.Sprintf("race-%d", round)
+		var won atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				ok, err := s.ClaimSweep(ctx, name, at(time.Duration(i)*time.Millisecond), every)
+				if err != nil {
+					t.Errorf("ClaimSweep(%q): %v", name, err)
+				}
+				if ok {
+					won.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := won.Load(); n != 1 {
+			t.Fatalf("round %d: %d concurrent claims of one period won, want exactly 1", round, n)
+		}
+	}
 }

@@ -18,21 +18,49 @@ const agentCredLock = "agent-credentials/"
 // adminRevokedSQL counts the admin revokes of an agent id: any makes the id banned.
 const adminRevokedSQL = `SELECT COUNT(*) FROM agent_credentials WHERE agent_id = ? AND revoked_by = 'admin'`
 
-// checkNotRevoked takes the id's credential lock in tx and answers an error wrapping
-// berth.ErrRevoked when an admin revoked the id: read after the lock, it sees every revoke
-// committed before, and a revoke still to come waits for tx.
+// credentialCheckSQL answers, in one statement, the two things a heartbeat of an agent id
+// under a credential hash needs (TRUST-1): how many admin revokes the id has (any bans it),
+// and 1 when the hash is a live credential of that id, or is "" (the caller authenticated
+// otherwise), else 0. Its arguments are credentialCheckArgs'.
+const credentialCheckSQL = `SELECT
+	(SELECT COUNT(*) FROM agent_credentials WHERE agent_id = ? AND revoked_by = 'admin'),
+	CASE WHEN CAST(? AS TEXT) = '' OR EXISTS (SELECT 1 FROM agent_credentials
+		WHERE hash = ? AND agent_id = ? AND revoked_at IS NULL) THEN 1 ELSE 0 END`
+
+func credentialCheckArgs(agentID, hash string) []any {
+	return []any{agentID, hash, hash, agentID}
+}
+
+// credentialVerdict turns credentialCheckSQL's answer into nil or an error wrapping
+// berth.ErrRevoked.
+func credentialVerdict(agentID string, adminRevokes, live int) error {
+	switch {
+	case adminRevokes > 0:
+		return fmt.Errorf("agent %q: %w", agentID, berth.ErrRevoked)
+	case live == 0:
+		return fmt.Errorf("agent %q: the credential is not a live one of this agent: %w", agentID, berth.ErrRevoked)
+	}
+	return nil
+}
+
+// checkNotRevoked is checkCredential without a credential: the admin revokes only.
 func (s *Store) checkNotRevoked(ctx context.Context, tx *Tx, agentID string) error {
+	return s.checkCredential(ctx, tx, agentID, "")
+}
+
+// checkCredential takes the id's credential lock in tx and answers an error wrapping
+// berth.ErrRevoked when an admin revoked the id, or when hash is not "" and is not a live
+// credential of the id (revoked by a rejoin, or another id's): read after the lock, it sees
+// every join and revoke committed before, and one still to come waits for tx.
+func (s *Store) checkCredential(ctx context.Context, tx *Tx, agentID, hash string) error {
 	if err := s.lockName(ctx, tx, agentCredLock+agentID, exclusive); err != nil {
 		return s.errorf("agent %q: %w", agentID, err)
 	}
-	var n int
-	if err := tx.queryRow(ctx, adminRevokedSQL, agentID).Scan(&n); err != nil {
+	var admin, live int
+	if err := tx.queryRow(ctx, credentialCheckSQL, credentialCheckArgs(agentID, hash)...).Scan(&admin, &live); err != nil {
 		return s.errorf("agent %q: %w", agentID, err)
 	}
-	if n > 0 {
-		return fmt.Errorf("agent %q: %w", agentID, berth.ErrRevoked)
-	}
-	return nil
+	return credentialVerdict(agentID, admin, live)
 }
 
 // JoinAgent implements berth.AgentCredentialStore (TRUST-1): the new credential, and the

@@ -15,12 +15,17 @@ import (
 
 // ApplyHeartbeat is RecordHeartbeat returning only the number of reservations netted.
 func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (int, error) {
-	res, err := s.RecordHeartbeat(ctx, hb, now)
+	res, err := s.RecordHeartbeat(ctx, hb, "", now)
 	return res.Netted, err
 }
 
 // RecordHeartbeat records hb as received at now, in one transaction (AGT-1, LED-4, LIF-3):
 //
+//   - it applies nothing, and answers an error wrapping berth.ErrRevoked, when an admin
+//     revoked hb.AgentID or when credHash is not "" and is not a live credential of
+//     hb.AgentID (TRUST-1: a rejoin revoked it, or it is another id's). The check runs under
+//     the id's credential lock inside the transaction, so a server may authenticate a
+//     heartbeat from a cache of credentials and still never apply one a revoke preceded;
 //   - it applies nothing but hb.Ended when hb is overtaken: a heartbeat of the same boot with
 //     a Seq at or above hb.Seq was applied already (C32: the order is the agent's sequence
 //     number, never its clock; hb.HeartbeatAt is stored for operators and decides nothing);
@@ -51,7 +56,7 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 // one agent, and Reserves against it, run one after the other. A paused sandbox has no agent
 // (agent_id ""), so no heartbeat and no restart touches it (PAUSE-1). The result's Agent is the
 // row as written, without its held list.
-func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now time.Time) (berth.HeartbeatResult, error) {
+func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, credHash string, now time.Time) (berth.HeartbeatResult, error) {
 	if hb.AgentID == "" {
 		return berth.HeartbeatResult{}, s.errorf("heartbeat: empty agent id")
 	}
@@ -65,7 +70,7 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now tim
 	}
 	actor := "agent/" + hb.AgentID
 	if s.d.Pipelines && hb.Delta && hb.Seq > 0 && hb.BaseSeq > 0 {
-		res, err := s.recordDelta(ctx, hb, reported, ended, actor, now)
+		res, err := s.recordDelta(ctx, hb, credHash, reported, ended, actor, now)
 		if !errors.Is(err, errNotUsual) {
 			return res, err
 		}
@@ -73,9 +78,10 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, now tim
 	var res berth.HeartbeatResult
 	err = s.inTx(ctx, func(tx *Tx) error {
 		res = berth.HeartbeatResult{}
-		// A heartbeat of an agent an admin revoked is not applied, not even one that was on
-		// its way while the revoke ran (TRUST-1: it is treated as silent).
-		if err := s.checkNotRevoked(ctx, tx, hb.AgentID); err != nil {
+		// A heartbeat of an agent an admin revoked, or sent under a credential a rejoin
+		// revoked, is not applied, not even one that was on its way while the revoke ran
+		// (TRUST-1: it is treated as silent).
+		if err := s.checkCredential(ctx, tx, hb.AgentID, credHash); err != nil {
 			return err
 		}
 		// Create a placeholder row if the agent is new: the insert (or, for a known agent,

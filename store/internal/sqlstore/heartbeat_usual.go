@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -59,7 +58,7 @@ var errNotUsual = errors.New("not the usual delta heartbeat")
 // heartbeat is BEGIN, one round trip and COMMIT on PostgreSQL, plus a statement per sandbox
 // that ended, started or was netted. What it writes is what the general path writes for the
 // same heartbeat, to the event. Anything else answers errNotUsual with nothing written.
-func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, reported berth.AgentStatus, ended any, actor string, now time.Time) (berth.HeartbeatResult, error) {
+func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, credHash string, reported berth.AgentStatus, ended any, actor string, now time.Time) (berth.HeartbeatResult, error) {
 	for _, h := range hb.Sandboxes {
 		if h.OOMKills > 0 {
 			return berth.HeartbeatResult{}, errNotUsual // the kill events need the stored counts
@@ -74,9 +73,10 @@ func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, reported be
 		// sandbox is not promoted) and an end releases its sandbox's reservation itself (so
 		// netting finds it gone). testUsualDeltaKeepsOrder pins it.
 		b := &batch{}
-		// First the agent id's credential lock and its admin revokes (checkNotRevoked).
+		// First the agent id's credential lock, its admin revokes and the credential's
+		// liveness (checkCredential).
 		locks := s.queueLockName(b, agentCredLock+hb.AgentID, exclusive)
-		b.queue(adminRevokedSQL, hb.AgentID)
+		b.queue(credentialCheckSQL, credentialCheckArgs(hb.AgentID, credHash)...)
 		checks := len(b.queries)
 		b.queue(updateAgentSQL+usualWhere, append(updateAgentArgs(hb, reported, ended, now),
 			hb.AgentID, hb.BootID, hb.Seq, hb.BootID, hb.BaseSeq, string(berth.AgentDraining), string(reported))...)
@@ -89,13 +89,15 @@ func (s *Store) recordDelta(ctx context.Context, hb berth.Heartbeat, reported be
 		for range locks {
 			_, err = out.Exec()
 		}
-		var revoked int
+		var admin, live int
 		if err == nil {
-			err = out.QueryRow().Scan(&revoked)
+			err = out.QueryRow().Scan(&admin, &live)
 		}
-		if err == nil && revoked > 0 {
-			_ = out.Close()
-			return fmt.Errorf("agent %q: %w", hb.AgentID, berth.ErrRevoked)
+		if err == nil {
+			if err := credentialVerdict(hb.AgentID, admin, live); err != nil {
+				_ = out.Close()
+				return err
+			}
 		}
 		var a berth.Agent
 		if err == nil {

@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -121,4 +123,29 @@ func (s *Store) enteredRunning(ctx context.Context, cands []berth.UnheldSandbox)
 		return nil, err
 	}
 	return since, nil
+}
+
+// claimSweepSQL records a claim of a fleet-wide sweep (ClaimSweep) and answers a row only
+// when it did: the first claim of a name inserts it; a later one overwrites a claim at or
+// before its period's start, or one from a clock since set back (more than the period ahead).
+// Its arguments are the name, now, the period's start and its end (unix ms).
+const claimSweepSQL = `INSERT INTO sweep_claims (name, claimed_at) VALUES (?, ?)
+	ON CONFLICT (name) DO UPDATE SET claimed_at = excluded.claimed_at
+	WHERE sweep_claims.claimed_at <= ? OR sweep_claims.claimed_at > ?
+	RETURNING name`
+
+// ClaimSweep implements berth.Store.
+func (s *Store) ClaimSweep(ctx context.Context, name string, now time.Time, every time.Duration) (bool, error) {
+	if every < 0 || name == "" {
+		return false, s.errorf("claim sweep %q: empty name or negative period %s", name, every)
+	}
+	var got string
+	err := s.pool().queryRow(ctx, claimSweepSQL, name, ms(now), ms(now.Add(-every)), ms(now.Add(every))).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.errorf("claim sweep %q: %w", name, err)
+	}
+	return true, nil
 }
