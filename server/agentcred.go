@@ -85,28 +85,44 @@ func (s *Server) credentialByHash(ctx context.Context, hash string) (berth.Agent
 }
 
 // heartbeatCredential is agentCredential for POST /v1/agents/heartbeat, with the bearer's
-// hash: a credential this replica has read live before is answered from heartbeatCreds, with
-// no store read (issue 16, goal 2: the read was a round trip of its own on every heartbeat).
-// That is safe because the binding of a credential to its agent id never changes (credentials
-// are never rebound or deleted) and the heartbeat's own transaction checks, under the id's
-// credential lock, that the credential is still live (Store.RecordHeartbeat's credHash): a
-// revoke, on any replica, holds at the next heartbeat as before. Unknown and revoked
-// credentials are never cached, so they cost a store read and a 401 before the body is read.
-func (s *Server) heartbeatCredential(ctx context.Context, r *http.Request) (berth.AgentCredential, string, error) {
+// hash and whether the answer came from the cache: a credential this replica has read live
+// before is answered from heartbeatCreds, with no store read (issue 16, goal 2: the read was a
+// round trip of its own on every heartbeat). That is safe because the binding of a
+// credential to its agent id never changes (credentials are never rebound or deleted) and the
+// heartbeat's own transaction checks, under the id's credential lock, that the credential is
+// still live (Store.RecordHeartbeat's credHash): a revoke, on any replica, holds at the next
+// heartbeat as before. A credential is cached only after a read that found it live; unknown
+// and revoked ones cost a store read and a 401 before the body is read.
+func (s *Server) heartbeatCredential(ctx context.Context, r *http.Request) (c berth.AgentCredential, hash string, cached bool, err error) {
 	secret := bearer(r)
 	if secret == "" {
 		_, err := s.agentCredential(ctx, r)
-		return berth.AgentCredential{}, "", err
+		return berth.AgentCredential{}, "", false, err
 	}
-	hash := HashKey(secret)
+	hash = HashKey(secret)
 	if id, ok := s.heartbeatCreds.get(hash); ok {
-		return berth.AgentCredential{Hash: hash, AgentID: id}, hash, nil
+		return berth.AgentCredential{Hash: hash, AgentID: id}, hash, true, nil
 	}
-	c, err := s.credentialByHash(ctx, hash)
+	c, err = s.credentialByHash(ctx, hash)
 	if err == nil {
 		s.heartbeatCreds.put(hash, c.AgentID)
 	}
-	return c, hash, err
+	return c, hash, false, err
+}
+
+// uncacheRevoked is for a heartbeat refused (err) before the store saw it, under a credential
+// answered from the cache: the credential may have been revoked since it was cached, and then
+// the answer is 401, as it would have been without the cache, and the credential leaves the
+// cache. Otherwise it answers err.
+func (s *Server) uncacheRevoked(ctx context.Context, hash string, cached bool, err error) error {
+	if !cached {
+		return err
+	}
+	if _, cerr := s.credentialByHash(ctx, hash); berth.ErrorCode(cerr) == berth.EUnauthorized {
+		s.heartbeatCreds.drop(hash)
+		return cerr
+	}
+	return err
 }
 
 // credCacheMax bounds a credCache: a put that finds it full empties it first, and it refills

@@ -150,29 +150,27 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	// body does not make a heartbeat look younger than it is (last_seen; settleUnheld
 	// compares it with when a sandbox entered running).
 	now := s.cfg.Clock()
-	cred, credHash, err := s.heartbeatCredential(r.Context(), r)
+	cred, credHash, cached, err := s.heartbeatCredential(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	var body heartbeatBody
-	if err := httpjson.Decode(w, r, maxHeartbeatBytes, &body); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+	err = httpjson.Decode(w, r, maxHeartbeatBytes, &body)
 	hb := body.Heartbeat
-	if err := validateHeartbeat(hb); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		err = validateHeartbeat(hb)
 	}
-	if err := s.checkAgentAddress(hb.Address); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		err = s.checkAgentAddress(hb.Address)
 	}
-	// TRUST-1: only the credential bound to hb.AgentID may announce it or report its ended
-	// sandboxes; another agent's credential is 403, a revoked or unknown one 401.
-	if err := sameAgent(cred, hb.AgentID); err != nil {
-		s.writeError(w, r, err)
+	if err == nil {
+		// TRUST-1: only the credential bound to hb.AgentID may announce it or report its
+		// ended sandboxes; another agent's credential is 403, a revoked or unknown one 401.
+		err = sameAgent(cred, hb.AgentID)
+	}
+	if err != nil {
+		s.writeError(w, r, s.uncacheRevoked(r.Context(), credHash, cached, err))
 		return
 	}
 	res, err := s.store.RecordHeartbeat(r.Context(), hb, credHash, now)
@@ -180,11 +178,8 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		// Revoked, by an admin or a rejoin, before or while this heartbeat was on its way: it
 		// is not applied (TRUST-1). The credential leaves the cache, and the store says which.
 		s.heartbeatCreds.drop(credHash)
-		if _, cerr := s.credentialByHash(r.Context(), credHash); berth.ErrorCode(cerr) == berth.EUnauthorized {
-			s.writeError(w, r, cerr)
-			return
-		}
-		s.writeError(w, r, berth.Errorf(berth.EUnauthorized, "agent credential revoked; join again under a new agent id"))
+		s.writeError(w, r, s.uncacheRevoked(r.Context(), credHash, true,
+			berth.Errorf(berth.EUnauthorized, "agent credential revoked; join again under a new agent id")))
 		return
 	}
 	if err != nil {
@@ -219,7 +214,7 @@ const stopForgetAfter = 10 * stopSweepEvery
 // once per stopSweepEvery (the sweeper calls it every sweep): without it, a replica kept an
 // entry for every agent id it ever met, which grows without bound with churning ids.
 func (s *Server) forgetStopRounds(now time.Time) {
-	if last := s.stopForgotAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < stopSweepEvery {
+	if last := s.stopForgotAt.Load(); last != 0 && since(now, last) < stopSweepEvery {
 		return
 	}
 	s.stopForgotAt.Store(now.UnixNano())

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -16,6 +17,17 @@ const unheldPerSweep = 100
 
 // unheldSweep is settleUnheld's name for Store.ClaimSweep.
 const unheldSweep = "unheld"
+
+// since is how long before now the unix-nanosecond time last was, for a sweep's local gate;
+// a last after now (the clock was set back since) counts as long ago, so a clock step back
+// does not hold the sweep off for the length of the step.
+func since(now time.Time, last int64) time.Duration {
+	d := now.Sub(time.Unix(0, last))
+	if d < 0 {
+		return math.MaxInt64
+	}
+	return d
+}
 
 // unheldGrace is how long after a sandbox entered running its agent's held list must have been
 // received before leaving it out counts (settleUnheld): StaleAfter (30 s by default), or two
@@ -47,7 +59,7 @@ func (s *Server) settleUnheld(ctx context.Context) {
 	if s.cfg.UnheldEvery < 0 {
 		return // turned off
 	}
-	if last := s.unheldAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < s.cfg.UnheldEvery {
+	if last := s.unheldAt.Load(); last != 0 && since(now, last) < s.cfg.UnheldEvery {
 		return // looked less than UnheldEvery ago
 	}
 	s.unheldAt.Store(now.UnixNano())

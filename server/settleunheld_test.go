@@ -331,5 +331,11 @@ func TestAGT6_UnheldSweepOncePerPeriodAcrossReplicas(t *testing.T) {
 			}
 			reads(fmt.Sprintf("t=%s, b alone", clk.Now().Sub(time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC))), []*Server{b}, want)
 		}
+		// b's clock runs a day ahead for a sweep, then is set back: the sweep goes on at
+		// once, held off neither by b's own gate nor by the claim written a day ahead.
+		clk.Add(24 * time.Hour)
+		reads("a day ahead, b alone", []*Server{b}, 1)
+		clk.Add(-24*time.Hour + 5*time.Second)
+		reads("set back a day, b alone", []*Server{b}, 1)
 	})
 }

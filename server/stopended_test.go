@@ -152,4 +152,12 @@ func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
 	if has("gone-later") || !has("here") {
 		t.Fatalf("after the next look: gone-later %v, here %v; want only here kept", has("gone-later"), has("here"))
 	}
+	// A look while the clock ran a day ahead does not hold the next one off once it is set
+	// back.
+	s.forgetStopRounds(t0.Add(24 * time.Hour))
+	remember("gone-again", t0)
+	s.forgetStopRounds(t0.Add(stopForgetAfter + 2*stopSweepEvery))
+	if has("gone-again") {
+		t.Fatal("after the clock was set back a day, forgetStopRounds did not look again")
+	}
 }

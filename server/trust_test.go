@@ -87,18 +87,8 @@ func TestTRUST1_AgentCredentialBindsItsID(t *testing.T) {
 
 	call := func(path, key string, body any) (int, string) {
 		t.Helper()
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var eb berth.ErrorBody
-		out, _ := io.ReadAll(resp.Body)
-		_ = json.Unmarshal(out, &eb)
-		return resp.StatusCode, eb.Error.Code
+		code, eb, _ := postAs(t, srv.URL+path, key, body)
+		return code, eb.Error.Code
 	}
 	fake := func(id string) berth.Heartbeat {
 		return berth.Heartbeat{AgentID: id, Address: "http://127.0.0.1:1", Status: berth.AgentActive, IntakeOpen: true,
@@ -174,6 +164,24 @@ func TestTRUST1_AgentCredentialBindsItsID(t *testing.T) {
 	}
 }
 
+// postAs POSTs body as JSON to url with the bearer key and returns the status, the answer
+// read as an error body (zero unless it is one) and the answer's bytes.
+func postAs(t *testing.T, url, key string, body any) (int, berth.ErrorBody, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb berth.ErrorBody
+	out, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(out, &eb)
+	return resp.StatusCode, eb, out
+}
+
 // credentialReads counts the store's credential reads under a real store.
 type credentialReads struct {
 	berth.Store
@@ -211,23 +219,13 @@ func TestTRUST1_HeartbeatCredentialCachedYetRevocable(t *testing.T) {
 	}
 	call := func(path, key string, body any) (int, berth.ErrorBody) {
 		t.Helper()
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var eb berth.ErrorBody
-		out, _ := io.ReadAll(resp.Body)
-		_ = json.Unmarshal(out, &eb)
-		if resp.StatusCode == http.StatusCreated { // a join answers the credential
+		code, eb, out := postAs(t, srv.URL+path, key, body)
+		if code == http.StatusCreated { // a join answers the credential
 			var j struct{ Credential string }
 			_ = json.Unmarshal(out, &j)
 			eb.Error.Message = j.Credential
 		}
-		return resp.StatusCode, eb
+		return code, eb
 	}
 	join := func() string {
 		t.Helper()
@@ -238,13 +236,14 @@ func TestTRUST1_HeartbeatCredentialCachedYetRevocable(t *testing.T) {
 		return eb.Error.Message
 	}
 	var seq int64
-	beat := func(cred, address string) (int, berth.ErrorBody) {
+	beatAs := func(cred, agentID, address string) (int, berth.ErrorBody) {
 		t.Helper()
 		seq++
-		return call("/v1/agents/heartbeat", cred, berth.Heartbeat{AgentID: "a", Address: address, Status: berth.AgentActive,
+		return call("/v1/agents/heartbeat", cred, berth.Heartbeat{AgentID: agentID, Address: address, Status: berth.AgentActive,
 			IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096,
 			CPUTotal: 2, BootID: "boot-1", Seq: seq})
 	}
+	beat := func(cred, address string) (int, berth.ErrorBody) { t.Helper(); return beatAs(cred, "a", address) }
 	address := func() string {
 		t.Helper()
 		a, err := st.Agent(ctx, "a")
@@ -276,6 +275,23 @@ func TestTRUST1_HeartbeatCredentialCachedYetRevocable(t *testing.T) {
 	}
 	if code, eb := beat(fresh, "http://127.0.0.1:3"); code != http.StatusOK || address() != "http://127.0.0.1:3" {
 		t.Errorf("heartbeat under the new credential: %d %+v, address %q", code, eb, address())
+	}
+	// Cached on another path: a heartbeat refused before the store sees it (another agent's
+	// id, a bad body) under a credential revoked since it was cached is 401 as well, and
+	// leaves the cache, rather than the 403 or 400 the cache alone would answer.
+	stale := join()
+	if code, eb := beat(stale, "http://127.0.0.1:3"); code != http.StatusOK {
+		t.Fatalf("heartbeat under a third credential: %d %+v", code, eb)
+	}
+	fresh = join()
+	if code, eb := beatAs(fresh, "b", "http://127.0.0.1:3"); code != http.StatusForbidden {
+		t.Errorf("a live cached credential heartbeating as another agent: %d %+v; want 403", code, eb)
+	}
+	if code, eb := beatAs(stale, "b", "http://127.0.0.1:3"); code != http.StatusUnauthorized {
+		t.Errorf("revoked cached credential heartbeating as another agent: %d %+v; want 401", code, eb)
+	}
+	if code, eb := call("/v1/agents/heartbeat", stale, map[string]any{"agent_id": 7}); code != http.StatusUnauthorized {
+		t.Errorf("revoked credential with a bad body: %d %+v; want 401", code, eb)
 	}
 	before := st.n.Load()
 	if code, _ := beat(old, "http://127.0.0.1:2"); code != http.StatusUnauthorized || st.n.Load() != before+1 {

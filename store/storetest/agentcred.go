@@ -138,27 +138,12 @@ func testAgentJoinsRace(t *testing.T, s berth.Store) {
 // such heartbeats used to commit after the revoke and keep the host fresh).
 func testHeartbeatAfterRevoke(t *testing.T, s berth.Store) {
 	ctx := t.Context()
-	seen := func(id string) time.Time {
-		t.Helper()
-		a, err := s.Agent(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.LastSeen
-	}
+	seen := func(id string) time.Time { t.Helper(); return lastSeen(t, s, id) }
 	// In order: a whole heartbeat, a delta on it, the revoke, then both kinds refused.
 	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "rv", Hash: "rv-h", CreatedAt: T0}); err != nil {
 		t.Fatal(err)
 	}
-	hb := heartbeat("rv", 2048)
-	hb.Seq = 1
-	if res, err := s.RecordHeartbeat(ctx, hb, "rv-h", at(time.Second)); err != nil || !res.Applied {
-		t.Fatalf("whole heartbeat: %+v, %v", res, err)
-	}
-	hb.Seq, hb.Delta, hb.BaseSeq = 2, true, 1
-	if res, err := s.RecordHeartbeat(ctx, hb, "rv-h", at(2*time.Second)); err != nil || !res.Applied {
-		t.Fatalf("delta heartbeat: %+v, %v", res, err)
-	}
+	hb := wholeThenDelta(t, s, "rv", "rv-h")
 	if _, err := s.RevokeAgent(ctx, "rv", at(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +171,65 @@ func testHeartbeatAfterRevoke(t *testing.T, s berth.Store) {
 	}
 
 	// Racing: heartbeats on several connections while the revoke runs.
+	raceHeartbeats(t, s, "rv-race", "revoke", func(id string) error {
+		_, err := s.RevokeAgent(ctx, id, at(time.Hour))
+		return err
+	})
+}
+
+// testHeartbeatCredentialLive: a heartbeat is applied only under a live credential of its
+// own agent id (RecordHeartbeat's credHash, TRUST-1) — never under one a rejoin revoked,
+// another id's, or an unknown one, whole or delta — and once JoinAgent has returned, no
+// heartbeat under the credential it replaced is applied, not even one already on its way. A
+// server may then answer heartbeats' credentials from a cache.
+func testHeartbeatCredentialLive(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	seen := func(id string) time.Time { t.Helper(); return lastSeen(t, s, id) }
+	for _, c := range []berth.AgentCredential{{AgentID: "cl", Hash: "cl-1"}, {AgentID: "other", Hash: "other-1"}} {
+		c.CreatedAt = T0
+		if err := s.JoinAgent(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb := wholeThenDelta(t, s, "cl", "cl-1")
+	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "cl", Hash: "cl-2", CreatedAt: at(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, hash := range []string{"cl-1", "other-1", "never-joined"} {
+		for _, delta := range []bool{true, false} {
+			hb.Seq, hb.Delta, hb.BaseSeq = int64(3+2*i), delta, 2
+			if !delta {
+				hb.BaseSeq = 0
+			}
+			if res, err := s.RecordHeartbeat(ctx, hb, hash, at(4*time.Second)); !errors.Is(err, berth.ErrRevoked) {
+				t.Errorf("heartbeat of cl (delta %v) under %q: %+v, %v; want ErrRevoked", delta, hash, res, err)
+			}
+		}
+	}
+	if got := seen("cl"); !got.Equal(at(2 * time.Second)) {
+		t.Errorf("last seen %v after refused heartbeats, want %v", got, at(2*time.Second))
+	}
+	hb.Seq, hb.Delta, hb.BaseSeq = 10, true, 2
+	if res, err := s.RecordHeartbeat(ctx, hb, "cl-2", at(5*time.Second)); err != nil || !res.Applied {
+		t.Fatalf("delta heartbeat under the new credential: %+v, %v", res, err)
+	}
+
+	// Racing: heartbeats under the old credential on several connections while a rejoin runs.
+	raceHeartbeats(t, s, "cl-race", "rejoin", func(id string) error {
+		return s.JoinAgent(ctx, berth.AgentCredential{AgentID: id, Hash: id + "-new", CreatedAt: at(time.Hour)})
+	})
+}
+
+// raceHeartbeats joins agents <prefix>-<round> with the credential hash "<id>-h" and, while
+// heartbeats under that credential run on several connections, calls cut (a revoke, a
+// rejoin): once cut has returned, no heartbeat may be applied, so the agent's last seen must
+// not move after it. Heartbeats may fail only with ErrRevoked.
+func raceHeartbeats(t *testing.T, s berth.Store, prefix, what string, cut func(id string) error) {
+	ctx := t.Context()
+	seen := func(id string) time.Time { t.Helper(); return lastSeen(t, s, id) }
 	const rounds, senders, beats = 10, 6, 20
 	for round := range rounds {
-		id := fmt.Sprintf("rv-race-%d", round)
+		id := fmt.Sprintf("%s-%d", prefix, round)
 		if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: id, Hash: id + "-h", CreatedAt: T0}); err != nil {
 			t.Fatal(err)
 		}
@@ -214,107 +255,40 @@ func testHeartbeatAfterRevoke(t *testing.T, s berth.Store) {
 				}
 			})
 		}
-		if _, err := s.RevokeAgent(ctx, id, at(time.Hour)); err != nil {
+		if err := cut(id); err != nil {
 			t.Fatal(err)
 		}
 		after := seen(id)
 		wg.Wait()
 		if got := seen(id); !got.Equal(after) {
-			t.Fatalf("round %d: %s was last seen at %v when its revoke returned, and at %v once its heartbeats ended: one was applied after the revoke",
-				round, id, after, got)
+			t.Fatalf("round %d: %s was last seen at %v when its %s returned, and at %v once its heartbeats ended: one was applied after the %s",
+				round, id, after, what, got, what)
 		}
 	}
 }
 
-// testHeartbeatCredentialLive: a heartbeat is applied only under a live credential of its
-// own agent id (RecordHeartbeat's credHash, TRUST-1) — never under one a rejoin revoked,
-// another id's, or an unknown one, whole or delta — and once JoinAgent has returned, no
-// heartbeat under the credential it replaced is applied, not even one already on its way. A
-// server may then answer heartbeats' credentials from a cache.
-func testHeartbeatCredentialLive(t *testing.T, s berth.Store) {
-	ctx := t.Context()
-	seen := func(id string) time.Time {
-		t.Helper()
-		a, err := s.Agent(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.LastSeen
-	}
-	for _, c := range []berth.AgentCredential{{AgentID: "cl", Hash: "cl-1"}, {AgentID: "other", Hash: "other-1"}} {
-		c.CreatedAt = T0
-		if err := s.JoinAgent(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hb := heartbeat("cl", 2048)
-	hb.Seq = 1
-	if res, err := s.RecordHeartbeat(ctx, hb, "cl-1", at(time.Second)); err != nil || !res.Applied {
-		t.Fatalf("whole heartbeat under its live credential: %+v, %v", res, err)
-	}
-	hb.Seq, hb.Delta, hb.BaseSeq = 2, true, 1
-	if res, err := s.RecordHeartbeat(ctx, hb, "cl-1", at(2*time.Second)); err != nil || !res.Applied {
-		t.Fatalf("delta heartbeat under its live credential: %+v, %v", res, err)
-	}
-	if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: "cl", Hash: "cl-2", CreatedAt: at(3 * time.Second)}); err != nil {
+// lastSeen is agent id's LastSeen.
+func lastSeen(t *testing.T, s berth.Store, id string) time.Time {
+	t.Helper()
+	a, err := s.Agent(t.Context(), id)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for i, hash := range []string{"cl-1", "other-1", "never-joined"} {
-		for _, delta := range []bool{true, false} {
-			hb.Seq, hb.Delta, hb.BaseSeq = int64(3+2*i), delta, 2
-			if !delta {
-				hb.BaseSeq = 0
-			}
-			if res, err := s.RecordHeartbeat(ctx, hb, hash, at(4*time.Second)); !errors.Is(err, berth.ErrRevoked) {
-				t.Errorf("heartbeat of cl (delta %v) under %q: %+v, %v; want ErrRevoked", delta, hash, res, err)
-			}
-		}
-	}
-	if got := seen("cl"); !got.Equal(at(2 * time.Second)) {
-		t.Errorf("last seen %v after refused heartbeats, want %v", got, at(2*time.Second))
-	}
-	hb.Seq, hb.Delta, hb.BaseSeq = 10, true, 2
-	if res, err := s.RecordHeartbeat(ctx, hb, "cl-2", at(5*time.Second)); err != nil || !res.Applied {
-		t.Fatalf("delta heartbeat under the new credential: %+v, %v", res, err)
-	}
+	return a.LastSeen
+}
 
-	// Racing: heartbeats under the old credential on several connections while a rejoin runs.
-	const rounds, senders, beats = 10, 6, 20
-	for round := range rounds {
-		id := fmt.Sprintf("cl-race-%d", round)
-		if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: id, Hash: id + "-old", CreatedAt: T0}); err != nil {
-			t.Fatal(err)
-		}
-		var seq atomic.Int64
-		send := func() error {
-			n := seq.Add(1)
-			hb := heartbeat(id, 2048)
-			hb.Seq = n
-			_, err := s.RecordHeartbeat(ctx, hb, id+"-old", at(time.Duration(n)*time.Millisecond))
-			return err
-		}
-		if err := send(); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		for range senders {
-			wg.Go(func() {
-				for range beats {
-					if err := send(); err != nil && !errors.Is(err, berth.ErrRevoked) {
-						t.Errorf("heartbeat of %s: %v", id, err)
-						return
-					}
-				}
-			})
-		}
-		if err := s.JoinAgent(ctx, berth.AgentCredential{AgentID: id, Hash: id + "-new", CreatedAt: at(time.Hour)}); err != nil {
-			t.Fatal(err)
-		}
-		after := seen(id)
-		wg.Wait()
-		if got := seen(id); !got.Equal(after) {
-			t.Fatalf("round %d: %s was last seen at %v when its rejoin returned, and at %v once the old credential's heartbeats ended: one was applied after the rejoin",
-				round, id, after, got)
-		}
+// wholeThenDelta records, under the credential hash, agent id's whole heartbeat (seq 1, at
+// 1 s) and a delta on it (seq 2, at 2 s), both of which must apply; it returns the delta.
+func wholeThenDelta(t *testing.T, s berth.Store, id, hash string) berth.Heartbeat {
+	t.Helper()
+	hb := heartbeat(id, 2048)
+	hb.Seq = 1
+	if res, err := s.RecordHeartbeat(t.Context(), hb, hash, at(time.Second)); err != nil || !res.Applied {
+		t.Fatalf("whole heartbeat of %s under %q: %+v, %v", id, hash, res, err)
 	}
+	hb.Seq, hb.Delta, hb.BaseSeq = 2, true, 1
+	if res, err := s.RecordHeartbeat(t.Context(), hb, hash, at(2*time.Second)); err != nil || !res.Applied {
+		t.Fatalf("delta heartbeat of %s under %q: %+v, %v", id, hash, res, err)
+	}
+	return hb
 }

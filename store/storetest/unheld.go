@@ -182,6 +182,16 @@ func testClaimSweep(t *testing.T, s berth.Store) {
 	claim("unheld", at(time.Second), false)
 	claim("unheld", at(-time.Millisecond), true)
 	claim("unheld", at(0), false)
+	// Periods under the store's millisecond count as one: two claims in one instant never
+	// both win (the first draft let them: now − period rounded to now itself).
+	for _, every := range []time.Duration{time.Nanosecond, 999 * time.Microsecond, time.Millisecond + time.Nanosecond} {
+		name := fmt.Sprintf("short-%s", every)
+		for i, want := range []bool{true, false} {
+			if got, err := s.ClaimSweep(ctx, name, at(time.Hour), every); err != nil || got != want {
+				t.Fatalf("ClaimSweep(%q, every %s) #%d at one instant: %v, %v; want %v", name, every, i+1, got, err, want)
+			}
+		}
+	}
 	if _, err := s.ClaimSweep(ctx, "unheld", at(time.Hour), -time.Second); err == nil {
 		t.Error("ClaimSweep with a negative period: no error")
 	}

@@ -139,8 +139,15 @@ func (s *Store) ClaimSweep(ctx context.Context, name string, now time.Time, ever
 	if every < 0 || name == "" {
 		return false, s.errorf("claim sweep %q: empty name or negative period %s", name, every)
 	}
+	// In the store's unit, whole milliseconds: a period under one (not 0) is one, else two
+	// claims in the same millisecond could both find the other's at or before its start.
+	period := every.Milliseconds()
+	if every%time.Millisecond != 0 {
+		period++
+	}
+	at := ms(now)
 	var got string
-	err := s.pool().queryRow(ctx, claimSweepSQL, name, ms(now), ms(now.Add(-every)), ms(now.Add(every))).Scan(&got)
+	err := s.pool().queryRow(ctx, claimSweepSQL, name, at, at-period, at+period).Scan(&got)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
