@@ -240,6 +240,24 @@ type Store interface {
 	Close() error
 }
 
+// ConnStats is a store's connection pool as one replica sees it: Max connections (0: no
+// limit), InUse now, Waits — acquisitions since the store was opened that found no free
+// connection and waited — and Waited, their total wait. Every store call of a replica, a
+// create's and a heartbeat's alike, takes a connection from the same pool, so under an
+// overload they queue here (issue 16, goal 2). Stores that keep a pool implement
+// ConnStater.
+type ConnStats struct {
+	Max, InUse int
+	Waits      int64
+	Waited     time.Duration
+}
+
+// ConnStater is implemented by stores that report their connection pool (ConnStats): the
+// server exports it as the berth_store_connection* metrics.
+type ConnStater interface {
+	ConnStats() ConnStats
+}
+
 // AgentWatcher is implemented by stores that can push agent changes to every replica (PLC-5):
 // a drain or undrain written through any replica reaches the others' placement in well under
 // a second, without waiting for their cache to expire. WatchAgents calls fn with the id of

@@ -72,7 +72,40 @@ func newMetrics(reg *prometheus.Registry, st berth.Store, staleAfter, deadAfter 
 			Help: "Requests this replica sent to the store: statements, BEGIN, COMMIT and ROLLBACK (each one round trip to PostgreSQL).",
 		}, func() float64 { return float64(rt.RoundTrips()) }))
 	}
+	if cs, ok := st.(berth.ConnStater); ok {
+		reg.MustRegister(connCollector{cs})
+	}
 	return m
+}
+
+// connCollector exports this replica's store connection pool (berth.ConnStats) at scrape
+// time: its own pool, so counters are summed over replicas and gauges read per replica.
+type connCollector struct{ st berth.ConnStater }
+
+var (
+	connMaxDesc = prometheus.NewDesc("berth_store_connections_max",
+		"Connections this replica's store pool may hold (0: no limit).", nil, nil)
+	connInUseDesc = prometheus.NewDesc("berth_store_connections_in_use",
+		"Connections of this replica's store pool in use now.", nil, nil)
+	connWaitsDesc = prometheus.NewDesc("berth_store_connection_waits_total",
+		"Store calls of this replica that found no free connection and waited for one (creates and heartbeats share the pool).", nil, nil)
+	connWaitedDesc = prometheus.NewDesc("berth_store_connection_wait_seconds_total",
+		"Total time this replica's store calls waited for a connection; its rate is how many wait at once on average.", nil, nil)
+)
+
+func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connMaxDesc
+	ch <- connInUseDesc
+	ch <- connWaitsDesc
+	ch <- connWaitedDesc
+}
+
+func (c connCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.st.ConnStats()
+	ch <- prometheus.MustNewConstMetric(connMaxDesc, prometheus.GaugeValue, float64(s.Max))
+	ch <- prometheus.MustNewConstMetric(connInUseDesc, prometheus.GaugeValue, float64(s.InUse))
+	ch <- prometheus.MustNewConstMetric(connWaitsDesc, prometheus.CounterValue, float64(s.Waits))
+	ch <- prometheus.MustNewConstMetric(connWaitedDesc, prometheus.CounterValue, s.Waited.Seconds())
 }
 
 // registerRuntimeCollectors adds the Go (go_*) and process (process_*) collectors; a registry

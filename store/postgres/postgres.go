@@ -101,7 +101,16 @@ func dialect() sqlstore.Dialect {
 var (
 	_ berth.Store        = (*Store)(nil)
 	_ berth.AgentWatcher = (*Store)(nil)
+	_ berth.ConnStater   = (*Store)(nil)
 )
+
+// ConnStats implements berth.ConnStater from pgxpool's statistics (pool_max_conns, default
+// max(4, CPUs), bounds the pool). WatchAgents' and migrations' own connections are not in it.
+func (s *Store) ConnStats() berth.ConnStats {
+	st := s.pool.Stat()
+	return berth.ConnStats{Max: int(st.MaxConns()), InUse: int(st.AcquiredConns()),
+		Waits: st.EmptyAcquireCount(), Waited: st.EmptyAcquireWaitTime()}
+}
 
 // Open connects to the database at url (a postgres:// URL or key=value DSN, as libpq takes;
 // pool_max_conns and the other pgxpool parameters apply) and applies every pending migration.

@@ -55,7 +55,18 @@ func (s *Store) dialect() sqlstore.Dialect {
 	}
 }
 
-var _ berth.Store = (*Store)(nil)
+var (
+	_ berth.Store      = (*Store)(nil)
+	_ berth.ConnStater = (*Store)(nil)
+)
+
+// ConnStats implements berth.ConnStater from database/sql's statistics: a file database has
+// no connection limit (Max 0; SQLite's own lock serializes writers, waiting up to its busy
+// timeout, which is not counted here); an in-memory one has exactly one connection.
+func (s *Store) ConnStats() berth.ConnStats {
+	st := s.db.Stats()
+	return berth.ConnStats{Max: st.MaxOpenConnections, InUse: st.InUse, Waits: st.WaitCount, Waited: st.WaitDuration}
+}
 
 // Open opens (creating if needed) the database at dsn and applies every pending migration.
 // dsn is a file path or ":memory:"; a memory database lives as long as the Store and is
