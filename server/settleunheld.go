@@ -66,7 +66,7 @@ func (s *Server) settleUnheld(ctx context.Context) {
 	if every := s.cfg.UnheldEvery; every > 0 {
 		// One replica a period does it for all: the read is fleet-wide and the same on every
 		// replica. A claim lost to another replica is tried again a quarter period later, so
-		// if that replica dies the sweep is at most 1¼ periods late.
+		// if that replica dies, the next run comes at most 1¼ periods after its last.
 		claimed, err := s.store.ClaimSweep(ctx, unheldSweep, now, every)
 		if err != nil {
 			if ctx.Err() == nil {
