@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -89,7 +90,9 @@ func TestStoreConnectionMetrics(t *testing.T) {
 		_, err := st.ApplyHeartbeat(ctx, hb, time.Now())
 		done <- err
 	}()
-	waitFor(t, "the heartbeat to hold the pool's one connection", func() bool { return st.ConnStats().InUse == 1 })
+	waitUntil(t, "the heartbeat to hold the pool's one connection", func() (bool, string) {
+		return st.ConnStats().InUse == 1, fmt.Sprintf("%+v", st.ConnStats())
+	})
 	go func() {
 		_, err := st.Sandbox(ctx, "sb-none")
 		if err != nil && !strings.Contains(err.Error(), "not found") {
@@ -98,9 +101,9 @@ func TestStoreConnectionMetrics(t *testing.T) {
 		}
 		done <- nil
 	}()
-	waitFor(t, "the read to wait for a connection", func() bool {
+	waitUntil(t, "the read to wait for a connection", func() (bool, string) {
 		buf := make([]byte, 1<<20)
-		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "puddle/v2.(*Pool[...]).acquire")
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "puddle/v2.(*Pool[...]).acquire"), "no goroutine in the pool's acquire"
 	})
 	must(t, tx.Rollback(ctx))
 	for range 2 {
@@ -110,17 +113,5 @@ func TestStoreConnectionMetrics(t *testing.T) {
 	if got := st.ConnStats().Waits - before; got < 1 || m["berth_store_connection_waits_total"] < float64(before+1) ||
 		m["berth_store_connection_wait_seconds_total"] <= 0 {
 		t.Errorf("after a read waited for the pool's one connection: %d new waits, metrics %v; want ≥ 1 counted, with its wait", got, m)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after a minute (real PostgreSQL and
-// goroutines: there is no clock to step).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

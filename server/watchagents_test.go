@@ -56,19 +56,21 @@ func TestPLC5_BurstOfAgentChangesIsOneRefresh(t *testing.T) {
 		must(t, err)
 	}
 	beat("first") // its read is held at the gate
-	waitFor(t, "the first change to be read", func() bool { return reads.n.Load() == 1 })
+	waitUntil(t, "the first change to be read", func() (bool, string) {
+		return reads.n.Load() == 1, fmt.Sprintf("%d reads", reads.n.Load())
+	})
 	const burst = 200
 	for i := range burst {
 		beat(fmt.Sprintf("burst-%03d", i))
 	}
 	close(reads.gate)
-	waitFor(t, "every agent of the burst in the snapshot", func() bool {
+	waitUntil(t, "every agent of the burst in the snapshot", func() (bool, string) {
 		for i := range burst {
 			if _, ok := s.sched.address(fmt.Sprintf("burst-%03d", i)); !ok {
-				return false
+				return false, fmt.Sprintf("burst-%03d missing", i)
 			}
 		}
-		return true
+		return true, ""
 	})
 	if n := reads.n.Load(); n > 2 {
 		t.Errorf("a burst of %d pushed changes cost %d single-agent reads, want the first one and a refresh", burst, n)
@@ -76,7 +78,9 @@ func TestPLC5_BurstOfAgentChangesIsOneRefresh(t *testing.T) {
 	// A lone change afterwards (a drain) is read alone.
 	before := reads.n.Load()
 	must(t, st.SetAgentDrain(ctx, "burst-007", true, "maintenance", "admin/ops", time.Now()))
-	waitFor(t, "the lone change to be read", func() bool { return reads.n.Load() == before+1 })
+	waitUntil(t, "the lone change to be read", func() (bool, string) {
+		return reads.n.Load() == before+1, fmt.Sprintf("%d reads since", reads.n.Load()-before)
+	})
 }
 
 // watcherReady is an AgentWatcher that closes ready once its watch is established (the

@@ -1,5 +1,5 @@
 // Package python_test runs the Python SDK's tests (sdk/python/tests, standard unittest) from
-// `go test`, so the README's `go test -count=1 ./...` and .ci/run cover them (issue 17,
+// `go test`, so the README's `go test -count=1 -timeout 25m ./...` and .ci/run cover them (issue 17,
 // point 2). The directory holds no Go code besides this test.
 package python_test
 

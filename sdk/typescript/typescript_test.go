@@ -1,5 +1,5 @@
 // Package typescript_test runs the TypeScript SDK's own tests (issue 17, point 3) from `go
-// test`, so the README's `go test -count=1 ./...` and .ci/run run them: it builds the berth
+// test`, so the README's `go test -count=1 -timeout 25m ./...` and .ci/run run them: it builds the berth
 // binary once, installs the SDK's locked dev dependencies when node_modules is missing (`npm
 // ci`), and runs `npm test` (compile with tsc, type-check the declarations, `node --test`)
 // with BERTH_BIN set, so the integration tests start that binary as a real `berth dev`.
