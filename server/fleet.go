@@ -198,28 +198,23 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	httpjson.WriteJSON(w, http.StatusOK, ack)
 }
 
-// stopSweepEvery is how often, per agent and replica, stopEnded checks every sandbox the
-// store says the agent holds rather than only those a delta heartbeat lists (issue 16, goal
-// 2): a sandbox the store ended while the agent kept it unchanged is stopped within this.
-const stopSweepEvery = time.Minute
-
 // stopForgetAfter is how long after its last AGT-6 sweep on this replica an agent's memory
-// here (stopSwept, stopLive) is dropped (forgetStopRounds): an agent heartbeating to this
-// replica is swept every stopSweepEvery, so one not swept for this long went away or
-// heartbeats elsewhere now; if it comes back, its next heartbeat sweeps at once, as for an
-// agent met for the first time.
-const stopForgetAfter = 10 * stopSweepEvery
+// here (stopSwept, stopLive) is dropped (forgetStopRounds): ten times Config.HeldSweepEvery.
+// An agent heartbeating to this replica is swept every HeldSweepEvery, so one not swept for
+// this long went away or heartbeats elsewhere now; if it comes back, its next heartbeat
+// sweeps at once, as for an agent met for the first time.
+func (s *Server) stopForgetAfter() time.Duration { return 10 * s.cfg.HeldSweepEvery }
 
 // forgetStopRounds drops the AGT-6 memory of agents not swept for stopForgetAfter, at most
-// once per stopSweepEvery (the sweeper calls it every sweep): without it, a replica kept an
+// once per Config.HeldSweepEvery (the sweeper calls it every sweep): without it, a replica kept an
 // entry for every agent id it ever met, which grows without bound with churning ids.
 func (s *Server) forgetStopRounds(now time.Time) {
-	if last := s.stopForgotAt.Load(); last != 0 && since(now, last) < stopSweepEvery {
+	if last := s.stopForgotAt.Load(); last != 0 && since(now, last) < s.cfg.HeldSweepEvery {
 		return
 	}
 	s.stopForgotAt.Store(now.UnixNano())
 	s.stopSwept.Range(func(id, at any) bool {
-		if now.Sub(at.(time.Time)) >= stopForgetAfter {
+		if now.Sub(at.(time.Time)) >= s.stopForgetAfter() {
 			s.stopSwept.Delete(id)
 			s.stopLive.Delete(id)
 		}
@@ -250,9 +245,10 @@ func (l *liveHeld) has(boot, id string) bool {
 // never slowed by it. A whole list is checked whole; a delta's listed sandboxes are checked at
 // once unless a round already found them live for this boot (a delta lists a sandbox whenever
 // its working set moves, and re-reading it each time cost a query per heartbeat); and every
-// sandbox the store says the agent holds at most every stopSweepEvery (issue 16, goal 2). So
+// sandbox the store says the agent holds at most every Config.HeldSweepEvery (issue 16, goal
+// 2). So
 // a new sandbox the store does not know is stopped at once, and one the store ended while the
-// agent kept it within stopSweepEvery and an interval.
+// agent kept it within HeldSweepEvery and an interval.
 func (s *Server) stopEnded(hb berth.Heartbeat) {
 	var held []string
 	live, _ := s.stopLive.Load(hb.AgentID)
@@ -266,7 +262,7 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	sweep := !hb.Delta // a whole list is a sweep
 	if hb.Delta {
 		last, ok := s.stopSwept.Load(hb.AgentID)
-		sweep = !ok || now.Sub(last.(time.Time)) >= stopSweepEvery
+		sweep = !ok || now.Sub(last.(time.Time)) >= s.cfg.HeldSweepEvery
 	}
 	if len(held) == 0 && !sweep {
 		return
@@ -285,7 +281,7 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	}
 	if sweep {
 		// Only once its round has started: a sweep skipped (a round busy, every slot
-		// taken) must not put the next one off by stopSweepEvery.
+		// taken) must not put the next one off by HeldSweepEvery.
 		s.stopSwept.Store(hb.AgentID, now)
 	}
 	go s.stopRound(hb, held, sweep)

@@ -42,6 +42,12 @@ type Config struct {
 	// with the running sandboxes of live hosts (docs/DECISIONS.md), so with a positive
 	// period one replica a period does it for all (Store.ClaimSweep).
 	UnheldEvery time.Duration
+	// HeldSweepEvery is how often, per agent and replica, a heartbeat's AGT-6 check reads
+	// every sandbox the store says the agent holds, not only those the heartbeat lists
+	// (stopEnded; default 1 min): a sandbox the store ended while its agent kept it unchanged
+	// is stopped within this and one heartbeat interval. A replica forgets an agent not swept
+	// for ten times this (forgetStopRounds).
+	HeldSweepEvery time.Duration
 	// CacheTTL is how long the cached agent table may be used before a re-read (PLC-5,
 	// default 1 s; heartbeats this replica receives update it in between).
 	CacheTTL time.Duration
@@ -136,6 +142,7 @@ func DefaultConfig() Config {
 		ReservationTTL:    60 * time.Second,
 		SweepInterval:     5 * time.Second,
 		UnheldEvery:       30 * time.Second,
+		HeldSweepEvery:    time.Minute,
 		CacheTTL:          time.Second,
 		MaxHostsPerCreate: 3,
 		Strategy:          "spread",
@@ -273,6 +280,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.ReservationTTL = conf.Or(cfg.ReservationTTL, def.ReservationTTL)
 	cfg.SweepInterval = conf.Or(cfg.SweepInterval, def.SweepInterval)
 	cfg.CacheTTL = conf.Or(cfg.CacheTTL, def.CacheTTL)
+	cfg.HeldSweepEvery = conf.Or(cfg.HeldSweepEvery, def.HeldSweepEvery)
 	cfg.MaxHostsPerCreate = conf.Or(cfg.MaxHostsPerCreate, def.MaxHostsPerCreate)
 	if cfg.Strategy == "" {
 		cfg.Strategy = def.Strategy

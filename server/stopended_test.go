@@ -44,7 +44,7 @@ func (e *endedCalls) count() int {
 // only for the sandboxes no round has found live for the agent's boot, so an agent whose
 // sandboxes' working sets move costs no read per heartbeat. A sandbox the store does not know
 // is still stopped at its first listing; one the store ended while the agent kept listing it
-// is stopped by the sweep (stopSweepEvery); another boot's findings count for nothing.
+// is stopped by the sweep (Config.HeldSweepEvery); another boot's findings count for nothing.
 func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, ":memory:")
@@ -94,18 +94,18 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	_, err = st.TransitionSandbox(ctx, "sb-2", []berth.SandboxState{berth.SandboxRunning}, berth.SandboxStopped, "deleted", "test", now)
 	must(t, err)
 	round("a delta listing a sandbox the store ended since it was found live", delta("sb-2"), 0, 1)
-	now = now.Add(stopSweepEvery)
+	now = now.Add(s.cfg.HeldSweepEvery)
 	round("the sweep", delta(), 1, 2)
 	other := delta("sb-1")
 	other.BootID = "b2"
 	round("a delta of another boot", other, 1, 2)
 
 	// A whole list that finds a round busy is skipped, and must not count as the sweep: the
-	// next delta past stopSweepEvery since the last real sweep sweeps (found by an attack:
+	// next delta past HeldSweepEvery since the last real sweep sweeps (found by an attack:
 	// recording it put the sweep off by a minute more, so an ended sandbox ran on ~2 min).
 	_, err = st.TransitionSandbox(ctx, "sb-1", []berth.SandboxState{berth.SandboxRunning}, berth.SandboxStopped, "deleted", "test", now)
 	must(t, err)
-	now = now.Add(stopSweepEvery - time.Second)
+	now = now.Add(s.cfg.HeldSweepEvery - time.Second)
 	s.stopping.Store("a1", true) // a round in flight
 	skipped := whole
 	skipped.BootID = "b2"
@@ -121,7 +121,7 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 
 // TestAGT6_ForgetsDepartedAgents: a replica drops its AGT-6 memory (stopSwept, stopLive) of
 // an agent not swept for stopForgetAfter, keeps it for agents swept since, and looks at most
-// once per stopSweepEvery; before, an entry stayed for every agent id the replica ever met.
+// once per HeldSweepEvery; before, an entry stayed for every agent id the replica ever met.
 func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
 	s := New(DefaultConfig(), nil)
 	t0 := time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)
@@ -138,17 +138,17 @@ func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
 		return swept
 	}
 	remember("gone", t0)
-	remember("here", t0.Add(stopForgetAfter-stopSweepEvery/2))
-	s.forgetStopRounds(t0.Add(stopForgetAfter))
+	remember("here", t0.Add(s.stopForgetAfter()-s.cfg.HeldSweepEvery/2))
+	s.forgetStopRounds(t0.Add(s.stopForgetAfter()))
 	if has("gone") || !has("here") {
 		t.Fatalf("after a look at stopForgetAfter: gone %v, here %v; want only here kept", has("gone"), has("here"))
 	}
 	remember("gone-later", t0)
-	s.forgetStopRounds(t0.Add(stopForgetAfter + stopSweepEvery/2))
+	s.forgetStopRounds(t0.Add(s.stopForgetAfter() + s.cfg.HeldSweepEvery/2))
 	if !has("gone-later") {
-		t.Fatal("a second look within stopSweepEvery dropped an entry: it should not have looked")
+		t.Fatal("a second look within HeldSweepEvery dropped an entry: it should not have looked")
 	}
-	s.forgetStopRounds(t0.Add(stopForgetAfter + stopSweepEvery))
+	s.forgetStopRounds(t0.Add(s.stopForgetAfter() + s.cfg.HeldSweepEvery))
 	if has("gone-later") || !has("here") {
 		t.Fatalf("after the next look: gone-later %v, here %v; want only here kept", has("gone-later"), has("here"))
 	}
@@ -156,7 +156,7 @@ func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
 	// back.
 	s.forgetStopRounds(t0.Add(24 * time.Hour))
 	remember("gone-again", t0)
-	s.forgetStopRounds(t0.Add(stopForgetAfter + 2*stopSweepEvery))
+	s.forgetStopRounds(t0.Add(s.stopForgetAfter() + 2*s.cfg.HeldSweepEvery))
 	if has("gone-again") {
 		t.Fatal("after the clock was set back a day, forgetStopRounds did not look again")
 	}

@@ -48,6 +48,8 @@ type devConfig struct {
 	// agentHook, for tests, adjusts agent i's config (0-based) before it starts, e.g. to
 	// watch a loopback metadata server for notices.
 	agentHook func(i int, c *agent.Config)
+	// serverHook, for tests, adjusts the server's config before it starts.
+	serverHook func(c *server.Config)
 
 	// WarmPool is each agent's --warm-pool (issue 16, goal 5; default none).
 	WarmPool []agent.WarmPoolEntry
@@ -256,6 +258,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.Logger = cfg.Logger
 	scfg.TenantRate, scfg.TenantBurst = cfg.Bounds.TenantRate, cfg.Bounds.TenantBurst
 	scfg.Retention = retentionConfig(cfg.Retention)
+	if cfg.serverHook != nil {
+		cfg.serverHook(&scfg)
+	}
 	srv := server.New(scfg, st)
 	var bounded net.Listener
 	s.httpSrv, bounded = cfg.Bounds.Limits.Serve(ln, srv.Handler(), srv.LongLived)
