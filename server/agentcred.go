@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
-	"sync"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
@@ -100,12 +100,12 @@ func (s *Server) heartbeatCredential(ctx context.Context, r *http.Request) (c be
 		return berth.AgentCredential{}, "", false, err
 	}
 	hash = HashKey(secret)
-	if id, ok := s.heartbeatCreds.get(hash); ok {
+	if id, ok := s.heartbeatCreds.get(hash, s.cfg.Clock()); ok {
 		return berth.AgentCredential{Hash: hash, AgentID: id}, hash, true, nil
 	}
 	c, err = s.credentialByHash(ctx, hash)
 	if err == nil {
-		s.heartbeatCreds.put(hash, c.AgentID)
+		s.heartbeatCreds.put(hash, c.AgentID, s.cfg.Clock())
 	}
 	return c, hash, false, err
 }
@@ -119,45 +119,16 @@ func (s *Server) uncacheRevoked(ctx context.Context, hash string, cached bool, e
 		return err
 	}
 	if _, cerr := s.credentialByHash(ctx, hash); berth.ErrorCode(cerr) == berth.EUnauthorized {
-		s.heartbeatCreds.drop(hash)
+		s.heartbeatCreds.forget(hash)
 		return cerr
 	}
 	return err
 }
 
-// credCacheMax bounds a credCache: a put that finds it full empties it first, and it refills
-// from the store at one read per live agent (a fleet's agents are each in it once).
-const credCacheMax = 1 << 16
-
-// credCache maps the hashes of agent credentials read live from the store to the agent id
-// each is bound to (heartbeatCredential). Safe for concurrent use.
-type credCache struct {
-	mu  sync.Mutex
-	ids map[string]string
-}
-
-func (c *credCache) get(hash string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	id, ok := c.ids[hash]
-	return id, ok
-}
-
-func (c *credCache) put(hash, agentID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ids == nil || len(c.ids) >= credCacheMax {
-		c.ids = make(map[string]string)
-	}
-	c.ids[hash] = agentID
-}
-
-// drop forgets hash: the store refused a heartbeat under it.
-func (c *credCache) drop(hash string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.ids, hash)
-}
+// heartbeatCredTTL is how long a replica answers a heartbeat credential from its cache
+// (heartbeatCreds) before reading it again. The binding it caches never changes, so this only
+// bounds how long departed agents' entries stay; liveness is the store's check, not the cache's.
+const heartbeatCredTTL = time.Hour
 
 // sameAgent checks credential c names agentID: a credential of another agent is 403
 // forbidden (TRUST-1).

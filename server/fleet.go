@@ -177,7 +177,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, berth.ErrRevoked) {
 		// Revoked, by an admin or a rejoin, before or while this heartbeat was on its way: it
 		// is not applied (TRUST-1). The credential leaves the cache, and the store says which.
-		s.heartbeatCreds.drop(credHash)
+		s.heartbeatCreds.forget(credHash)
 		s.writeError(w, r, s.uncacheRevoked(r.Context(), credHash, true,
 			berth.Errorf(berth.EUnauthorized, "agent credential revoked; join again under a new agent id")))
 		return

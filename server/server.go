@@ -187,9 +187,10 @@ type Server struct {
 	stopLive  sync.Map               // agent id → *liveHeld: what stopEnded last found live in the store
 	// stopForgotAt is when forgetStopRounds last dropped departed agents' entries (unix ns).
 	stopForgotAt atomic.Int64
-	// heartbeatCreds holds the credentials heartbeats came with that the store had live
-	// (heartbeatCredential); the heartbeat's transaction re-checks them.
-	heartbeatCreds credCache
+	// heartbeatCreds maps the hashes of credentials heartbeats came with, read live from the
+	// store, to their agent ids (heartbeatCredential); the heartbeat's transaction re-checks
+	// them.
+	heartbeatCreds *ttlCache[string]
 	unheldAt       atomic.Int64 // when settleUnheld last ran (unix ns), for UnheldEvery
 	log            *slog.Logger
 	// Apps: a kick runs a reconciler round now; appBusy holds the apps being worked on by
@@ -236,21 +237,22 @@ func New(cfg Config, st berth.Store) *Server {
 	m := newMetrics(cfg.Registry, st, cfg.StaleAfter, cfg.DeadAfter, cfg.Clock)
 	ac := newAgentCaller(cfg.NodeToken, cfg.AgentTimeout, cfg.AgentTLS, cfg.RequireAgentTLS)
 	return &Server{
-		cfg:          cfg,
-		store:        st,
-		sched:        newScheduler(st, cfg, ac, m),
-		agents:       ac,
-		auth:         newAuthenticator(st, cfg.NodeToken),
-		templates:    newTemplateCache(st, cfg.Clock),
-		quotas:       &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
-		limits:       newTenantLimits(cfg.TenantRate, cfg.TenantBurst, time.Now),
-		metrics:      m,
-		retained:     newRetentionCounter(cfg.Registry),
-		log:          cfg.Logger,
-		appKick:      make(chan struct{}, 1),
-		stopRounds:   make(chan struct{}, maxStopRounds),
-		appWatchers:  map[string]chan struct{}{},
-		appTransport: newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
+		cfg:            cfg,
+		store:          st,
+		sched:          newScheduler(st, cfg, ac, m),
+		agents:         ac,
+		auth:           newAuthenticator(st, cfg.NodeToken),
+		templates:      newTemplateCache(st, cfg.Clock),
+		quotas:         &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
+		heartbeatCreds: &ttlCache[string]{ttl: heartbeatCredTTL, max: 1 << 16},
+		limits:         newTenantLimits(cfg.TenantRate, cfg.TenantBurst, time.Now),
+		metrics:        m,
+		retained:       newRetentionCounter(cfg.Registry),
+		log:            cfg.Logger,
+		appKick:        make(chan struct{}, 1),
+		stopRounds:     make(chan struct{}, maxStopRounds),
+		appWatchers:    map[string]chan struct{}{},
+		appTransport:   newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
 	}
 }
 

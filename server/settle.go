@@ -43,6 +43,7 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 			}
 			held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
 			stored := st != berth.SandboxResuming && s.imageStored(ctx, sb.Image)
+			listedLate := listedAt.After(since.Add(grace)) // after the checkpoint surely ended
 			move := berth.SandboxMove{ExpiresAt: sb.ExpiresAt, Image: sb.Image}
 			var why, drop string // drop: images to delete once the move is recorded
 			switch {
@@ -54,11 +55,11 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 				if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
 					_ = s.agents.delete(ctx, addr, sb.ID)
 				}
-			case stored && held && !listedAt.After(since.Add(grace)) && now.Before(since.Add(grace+s.cfg.StaleAfter)):
+			case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
 				// Both stored and listed, by a list from before the checkpoint surely ended:
 				// the list may predate the guest's stop, and the agent's next one decides.
 				continue
-			case stored && held && listedAt.After(since.Add(grace)):
+			case stored && held && listedLate:
 				// Listed after the checkpoint ended: the upload failed after its file list
 				// landed and the agent restored the guest. It runs; the image is stale.
 				move.To, move.AgentID = berth.SandboxRunning, sb.AgentID

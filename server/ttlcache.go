@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// ttlCache keeps positive answers of store reads for a short time (API keys, templates), so
-// the create path does not read the store for facts that rarely change. Misses are never
-// cached. It holds at most max entries and starts over when full. Safe for concurrent use.
+// ttlCache keeps positive answers of store reads for a while (API keys, templates and quotas
+// for seconds; heartbeat credentials' agent ids, which never change, for an hour), so the
+// create and heartbeat paths do not read the store for facts that rarely change. Misses are
+// never cached. It holds at most max entries and starts over when full. Safe for concurrent use.
 type ttlCache[V any] struct {
 	ttl time.Duration
 	max int
