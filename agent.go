@@ -61,6 +61,8 @@ type EndedSandbox struct {
 // Heartbeat is what an agent posts every interval (AGT-1). Memory figures are MiB, CPU
 // figures are cores. MemoryMiBAdmittable is the agent's own verdict computed with the one
 // admission formula (ADM-6); the scheduler only subtracts its pending reservations from it.
+// The server refuses (400 invalid_request) figures no host has: memory outside 0–2⁴⁰ MiB,
+// CPU outside 0–65,536 cores, MemoryPressure outside 0–100 (PSI percent), negative counts.
 type Heartbeat struct {
 	AgentID     string `json:"agent_id"`
 	Address     string `json:"address"` // base URL of the agent's internal API

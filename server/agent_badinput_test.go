@@ -61,3 +61,55 @@ func TestAgentRoutesRefuseBadText(t *testing.T) {
 		t.Errorf("GET /v1/agents after the bad heartbeats: %d %q, want 200 listing ok1", code, got)
 	}
 }
+
+// TestHeartbeatFiguresInRange (an attack found it): an agent's own credential could report
+// figures no host has — cpu_total 1e308, a negative resident_mb or oom_kills, a pressure of
+// 1,000 % — and get 200, so they reached placement's scores and the fleet's sums. Each is
+// now 400 invalid_request and changes nothing; figures at the bounds are still taken.
+func TestHeartbeatFiguresInRange(t *testing.T) {
+	rs := newReplicaSet(t, 1, nil)
+	secret := NewKeySecret()
+	must(t, rs.stores[0].JoinAgent(context.Background(), berth.AgentCredential{AgentID: "ok1", Hash: HashKey(secret), CreatedAt: time.Now()}))
+	send := func(body string) (int, string) {
+		t.Helper()
+		return call(t, rs.https[0].URL, http.MethodPost, "/v1/agents/heartbeat", secret, strings.NewReader(body))
+	}
+	const hb = `{"agent_id":"ok1","address":"http://127.0.0.1:1","status":"active","memory_admission":"committed","memory_mb_total":1024,"memory_mb_admittable":1024,"boot_id":"b1"`
+	if code, got := send(hb + `,"seq":1,"cpu_total":4,"cpu_used":1.5}`); code != http.StatusOK {
+		t.Fatalf("a good heartbeat: %d %s, want 200", code, got)
+	}
+	for _, figures := range []string{
+		`"cpu_total":1e308`,
+		`"cpu_total":-1`,
+		`"cpu_used":-0.5`,
+		`"cpu_used":65537`,
+		`"memory_mb_used":-1`,
+		`"memory_mb_committed":-1`,
+		`"memory_mb_used":1099511627777`,
+		`"memory_mb_committed":9223372036854775807`,
+		`"memory_mb_total":9223372036854775807,"memory_mb_admittable":9223372036854775807`,
+		`"memory_pressure":-1`,
+		`"memory_pressure":1000`,
+		`"starts_in_flight":-1`,
+		`"measurement_errors":-1`,
+		`"sandboxes":[{"id":"sb-1","resident_mb":-100,"measured":true}]`,
+		`"sandboxes":[{"id":"sb-1","resident_mb":1099511627777,"measured":true}]`,
+		`"sandboxes":[{"id":"sb-1","oom_kills":-1}]`,
+	} {
+		// The figures after the others: JSON's last duplicate key wins.
+		if code, got := send(hb + `,"seq":2,` + figures + `}`); code != http.StatusBadRequest || !strings.Contains(got, berth.EInvalidRequest) {
+			t.Errorf("heartbeat with %s: %d %s, want 400 invalid_request", figures, code, got)
+		}
+	}
+	a, err := rs.stores[0].Agent(context.Background(), "ok1")
+	must(t, err)
+	if a.Seq != 1 || a.CPUTotal != 4 || a.CPUUsed != 1.5 {
+		t.Fatalf("after the refused heartbeats the store holds seq %d, cpu %v/%v; want seq 1's 1.5/4", a.Seq, a.CPUUsed, a.CPUTotal)
+	}
+	// The bounds themselves are figures a host may report.
+	edge := hb + `,"seq":3,"cpu_total":65536,"cpu_used":0,"memory_mb_committed":1099511627776,"memory_mb_used":0,"memory_pressure":100,` +
+		`"sandboxes":[{"id":"sb-1","resident_mb":1099511627776,"measured":true}]}`
+	if code, got := send(edge); code != http.StatusOK {
+		t.Errorf("a heartbeat at the bounds: %d %s, want 200", code, got)
+	}
+}

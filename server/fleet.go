@@ -352,8 +352,8 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 		return berth.CheckAgentID(hb.AgentID)
 	case !admission.ValidMode(hb.MemoryAdmission):
 		return berth.Errorf(berth.EInvalidRequest, "memory_admission must be committed, working-set or none")
-	case hb.MemoryMiBTotal < 0 || hb.MemoryMiBAdmittable < 0 || hb.MemoryMiBAdmittable > hb.MemoryMiBTotal:
-		return berth.Errorf(berth.EInvalidRequest, "memory figures must satisfy 0 ≤ admittable ≤ total")
+	case heartbeatFigures(hb) != nil:
+		return heartbeatFigures(hb)
 	case hb.Status != "" && hb.Status != berth.AgentActive && hb.Status != berth.AgentDraining:
 		return berth.Errorf(berth.EInvalidRequest, "status must be active or draining")
 	case hb.Pool != "" && hb.Pool != berth.PoolStateful && hb.Pool != berth.PoolEphemeral:
@@ -395,6 +395,42 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 	}
 	return nil
 }
+
+// heartbeatFigures refuses (invalid_request) a heartbeat whose figures no host has, within
+// the bounds below: memory in MiB, CPU in cores, pressure in percent, counts not negative.
+func heartbeatFigures(hb berth.Heartbeat) error {
+	switch {
+	case hb.MemoryMiBAdmittable < 0 || hb.MemoryMiBAdmittable > hb.MemoryMiBTotal:
+		return berth.Errorf(berth.EInvalidRequest, "memory figures must satisfy 0 ≤ admittable ≤ total")
+	case !inRange(hb.MemoryMiBTotal, maxHostMemoryMiB) || !inRange(hb.MemoryMiBUsed, maxHostMemoryMiB) ||
+		!inRange(hb.MemoryMiBCommitted, maxHostMemoryMiB):
+		return berth.Errorf(berth.EInvalidRequest, "memory_mb_total, memory_mb_used and memory_mb_committed must be 0–%d MiB", int64(maxHostMemoryMiB))
+	case !inRange(hb.CPUTotal, maxHostCPUs) || !inRange(hb.CPUUsed, maxHostCPUs):
+		return berth.Errorf(berth.EInvalidRequest, "cpu_total and cpu_used must be 0–%d cores", maxHostCPUs)
+	case !inRange(hb.MemoryPressure, 100):
+		return berth.Errorf(berth.EInvalidRequest, "memory_pressure is PSI some avg10, a percentage: 0–100")
+	case hb.StartsInFlight < 0 || hb.MeasurementErrors < 0:
+		return berth.Errorf(berth.EInvalidRequest, "starts_in_flight and measurement_errors are counts: 0 or more")
+	}
+	for _, h := range hb.Sandboxes {
+		if !inRange(h.ResidentMiB, maxHostMemoryMiB) || h.OOMKills < 0 {
+			return berth.Errorf(berth.EInvalidRequest, "held sandbox %s: resident_mb must be 0–%d MiB and oom_kills 0 or more", h.ID, int64(maxHostMemoryMiB))
+		}
+	}
+	return nil
+}
+
+// Bounds of a heartbeat's figures (heartbeatFigures). They are far above any real host;
+// they exist so that a figure no host can have — cpu_total 1e308, a negative resident_mb — is
+// refused as bad input instead of reaching placement's scores and the fleet's sums, where it
+// would make one host outrank every other or a total wrap around.
+const (
+	maxHostMemoryMiB = 1 << 40 // MiB: 1 EiB
+	maxHostCPUs      = 1 << 16 // cores
+)
+
+// inRange reports whether 0 ≤ x ≤ hi; NaN is out of range.
+func inRange[T int64 | float64](x, hi T) bool { return x >= 0 && x <= hi }
 
 // maxHeldIDBytes bounds a sandbox id an agent reports (validateHeartbeat): the server's own
 // are "sb-" and 16 hex digits.
