@@ -48,6 +48,12 @@ type AgentStore interface {
 	// of the table (issue 16, goal 2). A deleted row is no change: Berth deletes no agent,
 	// and a reader that must see rows deleted by hand reads whole now and then.
 	AgentsChangedSince(ctx context.Context, cursor string) (AgentChanges, error)
+	// UnmeasuredHeld returns the held sandboxes the agents' latest heartbeats list as not yet
+	// measured (HeldSandbox.Measured false, ADM-5), as sandbox ids by agent id: what a
+	// refusal's Retry-After needs of the held lists (issue 16, goal 6). Its cost is a scan of
+	// the held rows, not a read of them: a guest is measured within about a second of
+	// starting, so few are unmeasured at any time.
+	UnmeasuredHeld(ctx context.Context) (map[string][]string, error)
 	// Agent returns one agent or an error wrapping ErrNotFound.
 	Agent(ctx context.Context, id string) (Agent, error)
 	// SetAgentDrain marks (draining=true) or clears an operator drain, with an event.

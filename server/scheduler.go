@@ -35,6 +35,7 @@ type scheduler struct {
 	loadedAt time.Time
 
 	refreshSem chan struct{} // one refreshIfStale read of the store at a time (single flight)
+	raSem      chan struct{} // one retryAfter estimate read of the store at a time (single flight)
 
 	loadMu  sync.Mutex     // one read of the store into the snapshot at a time; guards the four below
 	known   []berth.Agent  // the agent table as last read (without held lists), sorted by id
@@ -55,7 +56,8 @@ type scheduler struct {
 
 func newScheduler(st berth.Store, cfg Config, ac *agentCaller, m *metrics) *scheduler {
 	return &scheduler{store: st, cfg: cfg, agents: ac, metrics: m, snap: placement.NewSnapshot(nil),
-		index: map[string]int{}, ended: map[string]time.Time{}, refreshSem: make(chan struct{}, 1)}
+		index: map[string]int{}, ended: map[string]time.Time{},
+		refreshSem: make(chan struct{}, 1), raSem: make(chan struct{}, 1)}
 }
 
 // wholeReadEvery bounds the time between two whole reads of the agent table by a replica. A
@@ -416,29 +418,37 @@ func refusalMessage(d placement.Decision) string {
 //   - the earliest moment a running sandbox's TTL or an outstanding reservation expires on
 //     such a host, plus one heartbeat, clamped into [1 s, 60 s]; 5 s when nothing expires.
 //
-// The store is read at most once a second per replica (the figures are reused), so a
-// refusal storm does not scan the store once per refusal.
+// The store is read at most once a second per replica, by one refusal at a time: refusals
+// that find the figures older than a second while another is reading them wait for that read
+// and use it (single flight), so a refusal storm does not scan the store once per refusal.
 func (s *scheduler) retryAfter(ctx context.Context, code string, chargeMiB int64) time.Duration {
 	if code == berth.ENoHealthyAgents {
 		return 30 * time.Second
 	}
-	now := s.cfg.Clock()
-	s.raMu.Lock()
-	if now.Sub(s.raAt) < time.Second && now.After(s.raAt) {
-		d, soon := s.raVal, s.raSoon
-		s.raMu.Unlock()
+	if d, soon, ok := s.keptRetryAfter(); ok {
 		return s.soonerByReserves(d, soon, chargeMiB)
 	}
+	select {
+	case s.raSem <- struct{}{}:
+	case <-ctx.Done():
+		return 5 * time.Second // the caller is gone; nobody reads this answer
+	}
+	defer func() { <-s.raSem }()
+	if d, soon, ok := s.keptRetryAfter(); ok {
+		return s.soonerByReserves(d, soon, chargeMiB) // read while this refusal waited
+	}
+	now := s.cfg.Clock()
+	s.raMu.Lock()
 	ended := maps.Clone(s.ended)
 	s.raMu.Unlock()
 
-	open := map[string]bool{}
+	open := map[string]placement.Host{}
 	var freed bool // a host this replica stopped a sandbox on has not heartbeated since
 	s.mu.RLock()
 	cutoff := now.Add(-s.cfg.StaleAfter).UnixNano()
 	for _, h := range s.hosts {
 		if h.LastSeenNano >= cutoff && !h.Draining && !h.Quarantined && h.IntakeOpen {
-			open[h.ID] = true
+			open[h.ID] = h
 			if t, ok := ended[h.ID]; ok && t.UnixNano() >= h.LastSeenNano {
 				freed = true
 			}
@@ -453,13 +463,26 @@ func (s *scheduler) retryAfter(ctx context.Context, code string, chargeMiB int64
 	return s.soonerByReserves(s.keepRetryAfter(now, d, soon), soon, chargeMiB)
 }
 
+// keptRetryAfter returns the estimate and reserves' room kept by keepRetryAfter, and true,
+// while they are less than a second old.
+func (s *scheduler) keptRetryAfter() (time.Duration, int64, bool) {
+	now := s.cfg.Clock()
+	s.raMu.Lock()
+	defer s.raMu.Unlock()
+	if now.Sub(s.raAt) < time.Second && !now.Before(s.raAt) {
+		return s.raVal, s.raSoon, true
+	}
+	return 0, 0, false
+}
+
 // estimate reads the store for retryAfter: the TTL estimate (the earliest expiry on the open
 // hosts plus one heartbeat, clamped into [1 s, 60 s]; 5 s when nothing there expires) and the
-// room reserves give back soon (reserveRoom).
-func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string]bool) (time.Duration, int64) {
+// room reserves give back soon (reserveRoom). Of the held lists it reads only the unmeasured
+// guests (Store.UnmeasuredHeld); the open hosts' modes and admittable MiB are the snapshot's.
+func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string]placement.Host) (time.Duration, int64) {
 	earliest := time.Time{}
 	consider := func(agent string, t time.Time) {
-		if open[agent] && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
+		if _, ok := open[agent]; ok && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
 			earliest = t
 		}
 	}
@@ -483,8 +506,8 @@ func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string
 		}
 	}
 	soon := int64(-1)
-	if agents, err := s.store.Agents(ctx); err == nil {
-		soon = reserveRoom(agents, open, live, rs)
+	if unmeasured, err := s.store.UnmeasuredHeld(ctx); err == nil {
+		soon = reserveRoom(open, unmeasured, live, rs)
 	}
 	d := 5 * time.Second
 	if !earliest.IsZero() {
@@ -515,10 +538,11 @@ func (s *scheduler) soonerByReserves(d time.Duration, soon, chargeMiB int64) tim
 // 0 MiB, the most it could give back — or -1 when no open working-set host holds a reserve.
 // A host's reserves are its ledger reservations for stateless sandboxes (netted at its next
 // heartbeat, then charged as the agent's own reserve until measured) and the reserves of the
-// stateless guests its last heartbeat listed unmeasured. Stateful guests and committed hosts
-// are charged in full whatever a measurement says, so they give nothing back. live maps the
-// running and starting sandboxes by id; a reservation or guest not in it counts as nothing.
-func reserveRoom(agents []berth.Agent, open map[string]bool, live map[string]berth.Sandbox, rs []berth.Reservation) int64 {
+// stateless guests its last heartbeat listed unmeasured (unmeasured: sandbox ids by agent id).
+// Stateful guests and committed hosts are charged in full whatever a measurement says, so
+// they give nothing back. open maps the open hosts by id; live maps the running and starting
+// sandboxes by id; a reservation or guest not in it counts as nothing.
+func reserveRoom(open map[string]placement.Host, unmeasured map[string][]string, live map[string]berth.Sandbox, rs []berth.Reservation) int64 {
 	pending := map[string]int64{} // ledger MiB per agent, as Pick subtracts it
 	back := map[string]int64{}    // of which stateless creates' reserves
 	for _, r := range rs {
@@ -528,18 +552,18 @@ func reserveRoom(agents []berth.Agent, open map[string]bool, live map[string]ber
 		}
 	}
 	best := int64(-1)
-	for _, a := range agents {
-		if !open[a.AgentID] || a.MemoryAdmission != berth.AdmissionWorkingSet {
+	for id, h := range open {
+		if h.Mode != berth.AdmissionWorkingSet {
 			continue
 		}
-		held := back[a.AgentID]
-		for _, g := range a.Sandboxes {
-			if sb, ok := live[g.ID]; ok && !g.Measured && !sb.Stateful {
+		held := back[id]
+		for _, g := range unmeasured[id] {
+			if sb, ok := live[g]; ok && !sb.Stateful {
 				held += admission.Reserve(sb.MemoryMiB)
 			}
 		}
 		if held > 0 {
-			best = max(best, a.MemoryMiBAdmittable-pending[a.AgentID]+held)
+			best = max(best, h.AdmittableMiB-pending[id]+held)
 		}
 	}
 	return best

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -218,4 +219,41 @@ func testUsualDeltaKeepsOrder(t *testing.T, s berth.Store) {
 		t.Fatalf("agent events: %d before the undrain, %d after, last %+v; want the undrain and then active → draining (heartbeat)",
 			len(before), len(after), last)
 	}
+}
+
+// testUnmeasuredHeld: UnmeasuredHeld lists exactly the held sandboxes the latest applied
+// heartbeats left unmeasured, by agent; a delta that measures one takes it off, and an agent
+// holding only measured guests is not there.
+func testUnmeasuredHeld(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	want := func(w map[string][]string) {
+		t.Helper()
+		got, err := s.UnmeasuredHeld(ctx)
+		if err != nil {
+			t.Fatalf("UnmeasuredHeld: %v", err)
+		}
+		for _, ids := range got {
+			slices.Sort(ids)
+		}
+		if diff := cmp.Diff(w, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("unmeasured held sandboxes (-want +got):\n%s", diff)
+		}
+	}
+	want(nil)
+	a1 := heartbeat("a1", 2048)
+	a1.BootID, a1.Seq = "b1", 1
+	a1.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 10, Measured: true}, {ID: "sb-2"}, {ID: "sb-3", Starting: true}}
+	record(t, s, a1, T0)
+	a2 := heartbeat("a2", 2048)
+	a2.Sandboxes = []berth.HeldSandbox{{ID: "sb-4", ResidentMiB: 20, Measured: true}}
+	record(t, s, a2, T0)
+	want(map[string][]string{"a1": {"sb-2", "sb-3"}})
+
+	d := a1
+	d.Seq, d.Delta, d.BaseSeq = 2, true, 1
+	d.Sandboxes = []berth.HeldSandbox{{ID: "sb-2", ResidentMiB: 30, Measured: true}}
+	if res := record(t, s, d, at(time.Second)); !res.Applied {
+		t.Fatalf("delta measuring sb-2: %+v; want applied", res)
+	}
+	want(map[string][]string{"a1": {"sb-3"}})
 }

@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"Quota", one(testQuota)},
 		{"OOMEvents", one(testOOMEvents)},
 		{"HeldDelta", one(testHeldDelta)},
+		{"UnmeasuredHeld", one(testUnmeasuredHeld)},
 		{"AgentsChangedSince", one(testAgentsChangedSince)},
 		{"HeldDeltaNetsAndPromotes", one(testHeldDeltaNetsAndPromotes)},
 		{"UsualDeltaKeepsOrder", one(testUsualDeltaKeepsOrder)},

@@ -130,6 +130,28 @@ func (s *Store) fillHeld(ctx context.Context, agents []berth.Agent) error {
 	return nil
 }
 
+// UnmeasuredHeld implements berth.Store (issue 16, goal 6): one query of agent_held's rows
+// not yet measured, however many are held.
+func (s *Store) UnmeasuredHeld(ctx context.Context) (map[string][]string, error) {
+	rows, err := s.pool().query(ctx, `SELECT agent_id, sandbox_id FROM agent_held WHERE NOT measured`)
+	if err != nil {
+		return nil, s.errorf("unmeasured held sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var agent, id string
+		if err := rows.Scan(&agent, &id); err != nil {
+			return nil, s.errorf("unmeasured held sandboxes: %w", err)
+		}
+		out[agent] = append(out[agent], id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.errorf("unmeasured held sandboxes: %w", err)
+	}
+	return out, nil
+}
+
 // Agent returns agent id or an error wrapping berth.ErrNotFound.
 func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
 	a, err := s.scanAgent(s.pool().queryRow(ctx, `SELECT `+agentColumns+` FROM agents WHERE id = ?`, id))

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/store/postgres"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// BenchmarkMetricsScrape is one scrape of a replica's fleet series (fleetCollector and
+// ledgerCollector: heartbeat ages, agents by status, the resident ÷ committed ratio, the
+// ledger per agent) over PostgreSQL holding BERTH_BENCH_SCRAPE_AGENTS agents (default 2,000)
+// with BERTH_BENCH_SCRAPE_HELD held sandboxes each (default 50; heldFleet). It reports the
+// time of one scrape; the collectors give up after 2 s, and a scrape that did fails.
+//
+//	BERTH_BENCH_SCRAPE_AGENTS=10000 go test ./server -run '^$' -bench BenchmarkMetricsScrape -benchtime 10x
+func BenchmarkMetricsScrape(b *testing.B) {
+	st, agents := heldFleet(b, "BERTH_BENCH_SCRAPE")
+	reg := prometheus.NewRegistry()
+	newMetrics(reg, st, 30*time.Second, 5*time.Minute, time.Now)
+	b.ResetTimer()
+	for b.Loop() {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ages := 0
+		for _, mf := range mfs {
+			if mf.GetName() == "berth_agent_heartbeat_age_seconds" {
+				ages = len(mf.GetMetric())
+			}
+		}
+		if ages != agents {
+			b.Fatalf("a scrape exported %d heartbeat ages, want %d: a collector gave up", ages, agents)
+		}
+	}
+}
+
+// BenchmarkRetryAfterEstimate is one fresh Retry-After estimate of a refusal (API-3; the
+// estimate is kept a second, so a replica makes at most one a second) over the same fleet as
+// BenchmarkMetricsScrape (BERTH_BENCH_ESTIMATE_AGENTS, default 2,000, each holding
+// BERTH_BENCH_ESTIMATE_HELD, default 50; one guest in ten agents not yet measured). No
+// sandbox rows are seeded: it measures what the estimate reads of agents and held lists.
+//
+//	BERTH_BENCH_ESTIMATE_AGENTS=10000 go test ./server -run '^$' -bench BenchmarkRetryAfterEstimate -benchtime 10x
+func BenchmarkRetryAfterEstimate(b *testing.B) {
+	st, _ := heldFleet(b, "BERTH_BENCH_ESTIMATE")
+	cfg := DefaultConfig()
+	cfg.Clock = time.Now
+	s := newScheduler(st, cfg, nil, newMetrics(prometheus.NewRegistry(), st, cfg.StaleAfter, cfg.DeadAfter, time.Now))
+	if err := s.refresh(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		s.raMu.Lock()
+		s.raAt = time.Time{} // a fresh estimate each time
+		s.raMu.Unlock()
+		s.retryAfter(context.Background(), berth.ENoCapacity, 512)
+	}
+}
+
+// heldFleet seeds a throwaway PostgreSQL with <prefix>_AGENTS agents (default 2,000) holding
+// <prefix>_HELD sandboxes each (default 50, measured but for one guest of every tenth agent)
+// and returns its store and the number of agents.
+func heldFleet(b *testing.B, prefix string) (*postgres.Store, int) {
+	agents := envInt(prefix+"_AGENTS", 2000)
+	held := envInt(prefix+"_HELD", 50)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.Start(b).NewDatabase(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	now := time.Now()
+	for i := range agents {
+		hb := berth.Heartbeat{AgentID: fmt.Sprintf("agent-%05d", i), Address: "http://127.0.0.1:1", Status: berth.AgentActive,
+			MemoryAdmission: berth.AdmissionWorkingSet, MemoryMiBTotal: 65536, MemoryMiBAdmittable: 32768, CPUTotal: 8,
+			IntakeOpen: true, BootID: "b", Seq: 1}
+		for j := range held {
+			hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: fmt.Sprintf("sb-%05d-%03d", i, j), ResidentMiB: 100,
+				Measured: j > 0 || i%10 != 0})
+		}
+		if _, err := st.RecordHeartbeat(ctx, hb, "", now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return st, agents
+}

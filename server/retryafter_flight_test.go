@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store/sqlite"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// countingEstimate counts the Retry-After estimate's reads of the store (one Reservations
+// read each) and holds each until release is closed, so concurrent refusals meet inside it.
+type countingEstimate struct {
+	berth.Store
+	reads   atomic.Int64
+	release chan struct{}
+}
+
+func (c *countingEstimate) Reservations(ctx context.Context) ([]berth.Reservation, error) {
+	c.reads.Add(1)
+	<-c.release
+	return c.Store.Reservations(ctx)
+}
+
+// TestRetryAfter_SingleFlight (API-3): refusals that need a fresh Retry-After estimate at the
+// same moment share one read of the store, and refusals within the next second read nothing:
+// a refusal storm does not scan the store once per refusal.
+func TestRetryAfter_SingleFlight(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	synctest.Test(t, func(t *testing.T) {
+		counted := &countingEstimate{Store: st, release: make(chan struct{})}
+		cfg := DefaultConfig()
+		cfg.Clock = time.Now
+		s := newScheduler(counted, cfg, nil, nil)
+		const callers = 8
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() { s.retryAfter(context.Background(), berth.ENoCapacity, 512) })
+		}
+		synctest.Wait() // every refusal is in the read or waiting for it
+		n := counted.reads.Load()
+		close(counted.release)
+		wg.Wait()
+		if n != 1 {
+			t.Fatalf("%d concurrent refusals read the store %d times; want 1", callers, n)
+		}
+		time.Sleep(500 * time.Millisecond) // fake time: still inside the kept estimate's second
+		s.retryAfter(context.Background(), berth.ENoCapacity, 512)
+		if n := counted.reads.Load(); n != 1 {
+			t.Fatalf("a refusal half a second later read the store again (%d reads); want the kept estimate", n)
+		}
+		time.Sleep(time.Second) // fake time: the estimate is stale now
+		s.retryAfter(context.Background(), berth.ENoCapacity, 512)
+		if n := counted.reads.Load(); n != 2 {
+			t.Fatalf("a refusal 1.5 s later: %d reads; want 2 (a fresh estimate)", n)
+		}
+	})
+}
+
+// noHeldLists fails the test when anything reads every agent with its held list.
+type noHeldLists struct {
+	berth.Store
+	t *testing.T
+}
+
+func (n noHeldLists) Agents(context.Context) ([]berth.Agent, error) {
+	n.t.Error("a metrics scrape read every agent's held list")
+	return nil, nil
+}
+
+// TestMetricsScrapeReadsNoHeldLists: the fleet series (heartbeat ages, agents by status, the
+// ledger per agent) come from the agent table without held lists, so a scrape costs the
+// table, not the fleet's sandboxes; with them, 10,000 agents of 50 sandboxes outran the
+// collectors' 2 s and every fleet series was missing (BenchmarkMetricsScrape).
+func TestMetricsScrapeReadsNoHeldLists(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	hb := berth.Heartbeat{AgentID: "a1", Address: "http://127.0.0.1:1", Status: berth.AgentActive, MemoryAdmission: berth.AdmissionWorkingSet,
+		MemoryMiBTotal: 4096, MemoryMiBAdmittable: 2048, BootID: "b", Seq: 1, Sandboxes: []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 10, Measured: true}}}
+	if _, err := st.RecordHeartbeat(context.Background(), hb, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	newMetrics(reg, noHeldLists{Store: st, t: t}, 30*time.Second, 5*time.Minute, time.Now)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "agent" && l.GetValue() == "a1" {
+					found[mf.GetName()] = true
+				}
+			}
+		}
+	}
+	for _, name := range []string{"berth_agent_heartbeat_age_seconds", "berth_ledger_outstanding_reserved_bytes"} {
+		if !found[name] {
+			t.Errorf("the scrape has no %s for agent a1", name)
+		}
+	}
+}
