@@ -222,8 +222,8 @@ func unreachableBy(cause error, format string, args ...any) error {
 	return fmt.Errorf("%w: %w", errUnreachable, berth.Wrap(berth.EUnavailable, cause, format, args...))
 }
 
-// agentError decodes an agent's API-2 error answer; the agent's own 401/403 (it refused this
-// replica's call token) and anything else are unavailable.
+// agentError decodes an agent's API-2 error answer; the agent's own 401 (it refused this
+// replica's call token) and anything not an API-2 error are unavailable.
 func agentError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return agentErrorBody(b, resp.Status)
@@ -233,10 +233,12 @@ func agentError(resp *http.Response) error {
 func agentErrorBody(b []byte, status string) error {
 	var eb berth.ErrorBody
 	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-		if eb.Error.Code == berth.EUnauthorized || eb.Error.Code == berth.EForbidden {
-			// The agent refused this replica, not the caller: never the caller's 401/403
-			// (an SDK would blame its own key). A host that keeps refusing counts toward
-			// quarantine like any failing host (PLC-9).
+		if eb.Error.Code == berth.EUnauthorized {
+			// The agent refused this replica, not the caller: never the caller's 401 (an SDK
+			// would blame its own key). A host that keeps refusing counts toward quarantine
+			// like any failing host (PLC-9). An agent refuses a replica only so; its 403
+			// forbidden is the sandbox's own answer (a file its permissions or root keep
+			// out), the caller's to read, never retried.
 			return berth.Wrap(berth.EUnavailable, fmt.Errorf("agent answered %s: %s", eb.Error.Code, eb.Error.Message),
 				"the agent refused this replica's call (its node token or announced address differs)")
 		}

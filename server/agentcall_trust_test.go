@@ -165,3 +165,41 @@ func TestStopRoundsAreBounded(t *testing.T) {
 		t.Fatalf("%d stop rounds ran at once for %d agents, want exactly %d", got, agents, maxStopRounds)
 	}
 }
+
+// TestFiles_SandboxPermissionIsTheCallers403 (found by a new user on gVisor): a file call the
+// sandbox's own permissions refuse — the agent answers 403 forbidden "/etc/passwd: permission
+// denied" — was turned into a retryable 503 blaming the node token, and the CLI retried it
+// for 90 s. It is the caller's 403 with the sandbox's message, not retryable; an agent that
+// refuses the replica (401) is still a 503.
+func TestFiles_SandboxPermissionIsTheCallers403(t *testing.T) {
+	h := newHarness(t, 0)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes" {
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"error":{"code":"forbidden","message":"/etc/passwd: permission denied"}}`)
+	}))
+	t.Cleanup(agent.Close)
+	h.heartbeat(t, "a1", agent.URL, 1<<20)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	for _, method := range []string{http.MethodPut, http.MethodGet} {
+		req, _ := http.NewRequest(method, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/files?path=/etc/passwd", strings.NewReader("x"))
+		req.Header.Set("Authorization", "Bearer "+h.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "permission denied") ||
+			strings.Contains(string(body), `"retryable":true`) || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("%s files on a path the sandbox refuses: %d %s; want 403 forbidden with the sandbox's message, not retryable", method, resp.StatusCode, body)
+		}
+	}
+}

@@ -102,7 +102,8 @@ class Unauthorized(BerthError):
 
 
 class Forbidden(BerthError):
-    """403 forbidden (the key lacks the role) or tenant_over_quota (the quota is used up)."""
+    """403 forbidden (the key lacks the role, or the sandbox's own file permissions refuse a
+    file call) or tenant_over_quota (the quota is used up)."""
 
 
 class NotFound(BerthError):
