@@ -141,7 +141,8 @@ type Config struct {
 	EvictPressure float64
 	// Notices watches the cloud for preemption notices (SPOT-1); nil means none. A notice
 	// cordons the host at once (SPOT-2); a soft one (AWS rebalance) cordons it for
-	// SoftCordon (default 30 min) and then lets it back into service (C15).
+	// SoftCordon (default 30 min; `berth agent --soft-cordon`; negative is refused) and then
+	// lets it back into service (C15).
 	Notices    preempt.Watcher
 	SoftCordon time.Duration
 	// LinkMiBps is the host's link rate for the evacuation budget (SPOT-3; default 119 MiB/s,
@@ -234,7 +235,7 @@ type Agent struct {
 	mu                        sync.Mutex
 	guests                    map[string]*guest
 	ended                     []berth.EndedSandbox
-	draining                  bool
+	draining                  bool // an operator's drain or the agent's shutdown (AGT-5); see drainingLocked
 	measureErrs               int64
 	oomKillsTotal             int64 // OOM kills in this boot's guests, ended ones included (C09)
 	pressure                  float64
@@ -293,6 +294,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		cfg.EvictFloorMiB = max(cfg.MemoryMiB/20, 64)
 	}
 	cfg.LinkMiBps = conf.Or(cfg.LinkMiBps, def.LinkMiBps)
+	if cfg.SoftCordon < 0 {
+		return nil, berth.Errorf(berth.EInvalidRequest, "agent: soft cordon %s is negative (want a duration such as 30m; 0 means the default)", cfg.SoftCordon)
+	}
 	cfg.SoftCordon = conf.Or(cfg.SoftCordon, def.SoftCordon)
 	cfg.EvictPressure = conf.Or(cfg.EvictPressure, def.EvictPressure)
 	if cfg.Pressure.Close <= 0 {
@@ -439,7 +443,16 @@ func (a *Agent) stopAll(ctx context.Context) {
 
 // intakeOpenLocked reports whether the agent takes creates: not draining (AGT-5) and the
 // pressure gate open (ADM-8). The caller holds a.mu.
-func (a *Agent) intakeOpenLocked() bool { return !a.draining && !a.gate.Closed() }
+func (a *Agent) intakeOpenLocked() bool { return !a.drainingLocked() && !a.gate.Closed() }
+
+// drainingLocked reports whether intake is closed by a drain: an operator's or the agent's
+// own shutdown (draining, AGT-5), a real preemption notice (hardNotice) or a soft cordon not
+// yet expired (softUntil, C15). Each is lifted on its own: an undrain does not open a host a
+// notice cordoned, and a soft cordon's expiry does not open one an operator drained. The
+// caller holds a.mu.
+func (a *Agent) drainingLocked() bool {
+	return a.draining || a.hardNotice || !a.softUntil.IsZero()
+}
 
 // admittableLocked computes the host's admittable MiB with the one formula (ADM-6). The
 // caller holds a.mu.

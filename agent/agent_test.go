@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -414,6 +416,60 @@ func TestSPOT2_NoticeCordonsOnce(t *testing.T) {
 	a.expireSoftCordon(t0.Add(10 * time.Minute))
 	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining {
 		t.Fatalf("a real notice must keep the cordon past the soft expiry: %+v", hb)
+	}
+}
+
+// TestSPOT2_CordonsLiftOnTheirOwn (found writing C15's test): each cause of a closed intake
+// is lifted on its own. A soft cordon's expiry reopened a host an operator drained during it
+// (the agent's own gate answered creates again), and an operator's undrain would have
+// reopened a host a real notice cordoned.
+func TestSPOT2_CordonsLiftOnTheirOwn(t *testing.T) {
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, &fakeRuntime{})
+	a.cfg.NodeToken = testToken
+	a.cfg.SoftCordon = time.Minute
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	hdr := http.Header{berth.HeaderNodeToken: {testToken}}
+	t0 := time.Now()
+	a.HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindRebalance, ID: "r1", Soft: true}, t0)
+	if code, _ := call(t, http.MethodPost, srv.URL+"/internal/drain?reason=maintenance", nil, hdr); code != http.StatusAccepted {
+		t.Fatalf("operator drain: %d, want 202", code)
+	}
+	a.expireSoftCordon(t0.Add(2 * time.Minute))
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining || hb.IntakeOpen {
+		t.Fatalf("after the soft cordon expired under an operator drain: %+v, want still drained", hb)
+	}
+	if code, _ := call(t, http.MethodPost, srv.URL+"/internal/undrain", nil, hdr); code != http.StatusOK {
+		t.Fatalf("operator undrain: %d, want 200", code)
+	}
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentActive || !hb.IntakeOpen {
+		t.Fatalf("after the undrain, no notice in force: %+v, want back in service", hb)
+	}
+	// Soft cordon, then an operator's undrain: the cordon holds until it expires.
+	a.HandleNotice(preempt.Notice{Provider: "aws", Kind: preempt.KindRebalance, ID: "r2", Soft: true}, t0.Add(3*time.Minute))
+	call(t, http.MethodPost, srv.URL+"/internal/undrain", nil, hdr)
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining {
+		t.Fatalf("an undrain lifted a soft cordon: %+v", hb)
+	}
+	a.expireSoftCordon(t0.Add(5 * time.Minute))
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentActive {
+		t.Fatalf("the soft cordon expired with nothing else in force: %+v, want back in service", hb)
+	}
+}
+
+// TestSPOT2_NegativeSoftCordonRefused: `berth agent --soft-cordon -5m` is a mistake, refused
+// at start, not silently the default.
+func TestSPOT2_NegativeSoftCordonRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.MemoryMiB, cfg.HeadroomMiB, cfg.SoftCordon = "a1", 2048, 0, -5*time.Minute
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := New(cfg, &fakeRuntime{})
+	if err == nil {
+		a.ln.Close()
+		t.Fatal("an agent with a negative soft cordon started")
+	}
+	if berth.ErrorCode(err) != berth.EInvalidRequest || !strings.Contains(err.Error(), "soft cordon") {
+		t.Fatalf("negative soft cordon: %v; want invalid_request naming it", err)
 	}
 }
 

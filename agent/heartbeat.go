@@ -43,7 +43,7 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		Sandboxes:           make([]berth.HeldSandbox, 0, len(a.guests)),
 		Ended:               append([]berth.EndedSandbox(nil), a.ended...),
 	}
-	if a.draining {
+	if a.drainingLocked() {
 		hb.Status = berth.AgentDraining
 	}
 	for id, g := range a.guests {

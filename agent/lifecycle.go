@@ -57,7 +57,7 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 
 	charge := admission.Charge(a.cfg.Admission, c.MemoryMiB, c.Stateful)
 	a.mu.Lock()
-	if a.draining {
+	if a.drainingLocked() {
 		a.mu.Unlock()
 		return berth.Errorf(berth.ENoCapacity, "agent %s is draining", a.cfg.ID)
 	}
@@ -376,7 +376,8 @@ func (a *Agent) Drain(reason string) {
 	}
 }
 
-// Undrain reopens intake after Drain.
+// Undrain lifts Drain. Intake stays closed while a preemption notice's cordon is in force
+// (drainingLocked): an operator's undrain does not open a host about to go.
 func (a *Agent) Undrain() {
 	a.mu.Lock()
 	changed := a.draining
@@ -449,12 +450,8 @@ func (a *Agent) HandleNotice(n preempt.Notice, now time.Time) {
 		a.hardNotice, a.softUntil = true, time.Time{}
 	}
 	a.mu.Unlock()
-	reason := fmt.Sprintf("%s %s notice", n.Provider, n.Kind)
-	if !n.Deadline.IsZero() {
-		reason += ", host goes at " + n.Deadline.UTC().Format(time.RFC3339)
-	}
 	a.log.Warn("preemption notice: cordoning (SPOT-2)", "provider", n.Provider, "kind", n.Kind, "id", n.ID, "soft", n.Soft, "deadline", n.Deadline)
-	a.Drain(reason)
+	a.Kick() // the cordon goes out at once
 	if !n.Soft {
 		go a.evacuate(n, now)
 	}
@@ -533,7 +530,7 @@ func (a *Agent) expireSoftCordon(now time.Time) {
 	}
 	a.mu.Unlock()
 	if expired {
-		a.log.Info("soft cordon expired with no interruption: back in service (C15)")
-		a.Undrain()
+		a.log.Info("soft cordon expired with no interruption: back in service unless drained otherwise (C15)")
+		a.Kick()
 	}
 }

@@ -281,5 +281,6 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 	f.StringVar(&cfg.SnapshotDir, "snapshot-dir", "", "scratch directory for images on their way (a cache, POOL-4; default under the system temp dir)")
 	f.StringVar(&notices, "notices", notices, "preemption notices to watch: none, auto (probe the metadata services briefly), gcp, aws or azure (SPOT-1)")
 	f.StringVar(&metadataURL, "metadata-url", "", "base URL of the cloud's metadata service (default: the provider's own)")
+	f.DurationVar(&cfg.SoftCordon, "soft-cordon", cfg.SoftCordon, "how long an early warning (an AWS rebalance recommendation) keeps this host out of placement before it returns to service by itself, unless a real notice follows (C15)")
 	return cmd
 }
