@@ -78,8 +78,14 @@ type Heartbeat struct {
 	// boot, so a slow POST overtaken by a newer heartbeat does not roll them back, whatever
 	// the agent's clock says (C32). 0 (an agent that does not number them) is applied in the
 	// order heartbeats arrive; a negative Seq is refused (invalid_request).
-	Seq                 int64          `json:"seq,omitempty"`
-	Status              AgentStatus    `json:"status"`
+	Seq    int64       `json:"seq,omitempty"`
+	Status AgentStatus `json:"status"`
+	// StatusReason says why a draining agent drains — "aws rebalance notice", an operator's
+	// reason, "agent shutting down" — and becomes the reason of the event its status change
+	// writes (LIF-3: "heartbeat: <reason>"). It is not stored on the agent; the server keeps
+	// at most ReasonExcerptBytes of it. "" (an agent of the previous release) writes
+	// "heartbeat" alone.
+	StatusReason        string         `json:"status_reason,omitempty"`
 	CPUTotal            float64        `json:"cpu_total"`
 	CPUUsed             float64        `json:"cpu_used"`
 	MemoryMiBTotal      int64          `json:"memory_mb_total"`

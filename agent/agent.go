@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -235,7 +236,9 @@ type Agent struct {
 	mu                        sync.Mutex
 	guests                    map[string]*guest
 	ended                     []berth.EndedSandbox
-	draining                  bool // an operator's drain or the agent's shutdown (AGT-5); see drainingLocked
+	draining                  bool   // an operator's drain or the agent's shutdown (AGT-5); see drainingLocked
+	drainReason               string // why draining: the operator's reason, or the shutdown
+	noticeReason              string // the latest notice that cordoned the host ("aws rebalance notice", …)
 	measureErrs               int64
 	oomKillsTotal             int64 // OOM kills in this boot's guests, ended ones included (C09)
 	pressure                  float64
@@ -452,6 +455,20 @@ func (a *Agent) intakeOpenLocked() bool { return !a.drainingLocked() && !a.gate.
 // caller holds a.mu.
 func (a *Agent) drainingLocked() bool {
 	return a.draining || a.hardNotice || !a.softUntil.IsZero()
+}
+
+// drainReasonLocked says why intake is closed by a drain (Heartbeat.StatusReason): the
+// notice's cordon and the operator's drain, each while in force; "" when neither is. The
+// caller holds a.mu.
+func (a *Agent) drainReasonLocked() string {
+	var why []string
+	if a.hardNotice || !a.softUntil.IsZero() {
+		why = append(why, a.noticeReason)
+	}
+	if a.draining {
+		why = append(why, a.drainReason)
+	}
+	return strings.Join(slices.DeleteFunc(why, func(s string) bool { return s == "" }), "; ")
 }
 
 // admittableLocked computes the host's admittable MiB with the one formula (ADM-6). The

@@ -435,14 +435,18 @@ func TestSPOT2_CordonsLiftOnTheirOwn(t *testing.T) {
 	if code, _ := call(t, http.MethodPost, srv.URL+"/internal/drain?reason=maintenance", nil, hdr); code != http.StatusAccepted {
 		t.Fatalf("operator drain: %d, want 202", code)
 	}
+	// The heartbeat says why, for the status change's event (LIF-3).
+	if hb := a.Heartbeat(t0); hb.StatusReason != "aws rebalance notice; maintenance" {
+		t.Fatalf("status reason under both: %q, want the notice's and the operator's", hb.StatusReason)
+	}
 	a.expireSoftCordon(t0.Add(2 * time.Minute))
-	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining || hb.IntakeOpen {
-		t.Fatalf("after the soft cordon expired under an operator drain: %+v, want still drained", hb)
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining || hb.IntakeOpen || hb.StatusReason != "maintenance" {
+		t.Fatalf("after the soft cordon expired under an operator drain: %+v, want still drained for maintenance", hb)
 	}
 	if code, _ := call(t, http.MethodPost, srv.URL+"/internal/undrain", nil, hdr); code != http.StatusOK {
 		t.Fatalf("operator undrain: %d, want 200", code)
 	}
-	if hb := a.Heartbeat(t0); hb.Status != berth.AgentActive || !hb.IntakeOpen {
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentActive || !hb.IntakeOpen || hb.StatusReason != "" {
 		t.Fatalf("after the undrain, no notice in force: %+v, want back in service", hb)
 	}
 	// Soft cordon, then an operator's undrain: the cordon holds until it expires.

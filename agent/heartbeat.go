@@ -44,7 +44,7 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		Ended:               append([]berth.EndedSandbox(nil), a.ended...),
 	}
 	if a.drainingLocked() {
-		hb.Status = berth.AgentDraining
+		hb.Status, hb.StatusReason = berth.AgentDraining, a.drainReasonLocked()
 	}
 	for id, g := range a.guests {
 		hb.MemoryMiBCommitted += g.spec.MemoryMiB

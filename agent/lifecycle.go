@@ -368,7 +368,7 @@ func (a *Agent) Kick() {
 func (a *Agent) Drain(reason string) {
 	a.mu.Lock()
 	changed := !a.draining
-	a.draining = true
+	a.draining, a.drainReason = true, reason
 	a.mu.Unlock()
 	if changed {
 		a.log.Info("draining", "reason", reason)
@@ -442,12 +442,16 @@ func (a *Agent) HandleNotice(n preempt.Notice, now time.Time) {
 		return
 	}
 	a.notices[n.ID] = true
+	reason := fmt.Sprintf("%s %s notice", n.Provider, n.Kind)
+	if !n.Deadline.IsZero() {
+		reason += ", host goes at " + n.Deadline.UTC().Format(time.RFC3339)
+	}
 	if n.Soft {
 		if !a.hardNotice {
-			a.softUntil = now.Add(a.cfg.SoftCordon)
+			a.softUntil, a.noticeReason = now.Add(a.cfg.SoftCordon), reason
 		}
 	} else {
-		a.hardNotice, a.softUntil = true, time.Time{}
+		a.hardNotice, a.softUntil, a.noticeReason = true, time.Time{}, reason
 	}
 	a.mu.Unlock()
 	a.log.Warn("preemption notice: cordoning (SPOT-2)", "provider", n.Provider, "kind", n.Kind, "id", n.ID, "soft", n.Soft, "deadline", n.Deadline)

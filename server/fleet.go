@@ -158,6 +158,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	var body heartbeatBody
 	err = httpjson.Decode(w, r, maxHeartbeatBytes, &body)
 	hb := body.Heartbeat
+	hb.StatusReason = excerpt(hb.StatusReason) // it goes into an event: bounded like an app's reason
 	if err == nil {
 		err = validateHeartbeat(hb)
 	}
@@ -374,7 +375,7 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 	}
 	// Text the store keeps must be text: PostgreSQL refuses a NUL byte in any string, which
 	// would turn this heartbeat into a 500 (JSON decoding already replaced invalid UTF-8).
-	nul := slices.ContainsFunc([]string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime}, hasNUL) ||
+	nul := slices.ContainsFunc([]string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime, hb.StatusReason}, hasNUL) ||
 		slices.ContainsFunc(hb.Removed, hasNUL) ||
 		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return hasNUL(e.Reason) })
 	if nul {

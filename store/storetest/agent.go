@@ -78,16 +78,16 @@ func testHeartbeatEvents(t *testing.T, s berth.Store) {
 	if err != nil || !got.LastSeen.Equal(at(time.Second)) {
 		t.Errorf("LastSeen = %v, %v; want %v", got.LastSeen, err, at(time.Second))
 	}
-	hb.Status = berth.AgentDraining // the agent drains itself (e.g. a preemption notice)
+	hb.Status, hb.StatusReason = berth.AgentDraining, "aws rebalance notice" // the agent drains itself and says why
 	mustHeartbeat(t, s, hb, at(2*time.Second))
-	hb.Status, hb.BootID = berth.AgentActive, "b2" // it restarted
+	hb.Status, hb.BootID = berth.AgentActive, "b2" // it restarted; a reason sent while active writes nothing
 	mustHeartbeat(t, s, hb, at(3*time.Second))
 	ev := func(d time.Duration, from, to, reason string) berth.Event {
 		return berth.Event{At: at(d), Entity: "agent/a1", From: from, To: to, Reason: reason, Actor: "agent/a1"}
 	}
 	wantEvents(t, s, "agent/a1", []berth.Event{
 		ev(0, "", "active", "registered"),
-		ev(2*time.Second, "active", "draining", "heartbeat"),
+		ev(2*time.Second, "active", "draining", "heartbeat: aws rebalance notice"),
 		ev(3*time.Second, "draining", "active", "heartbeat"),
 		ev(3*time.Second, "b1", "b2", "agent restarted"),
 	})

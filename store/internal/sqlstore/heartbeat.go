@@ -39,8 +39,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb berth.Heartbeat, now time
 //     its Removed ones, so a heartbeat writes what changed, never the whole list again;
 //   - it writes an event for every sandbox whose OOM kill count grew (C09);
 //   - it writes the agent events: "" → status on first sight (reason "registered"), old →
-//     new on a status change ("heartbeat") and old → new boot id ("agent restarted"); on a
-//     new boot, every live sandbox of the agent that hb does not list becomes lost (AGT-6),
+//     new on a status change ("heartbeat"; into draining, "heartbeat: " and hb.StatusReason
+//     when the agent says why) and old → new boot id ("agent restarted"); on a new boot,
+//     every live sandbox of the agent that hb does not list becomes lost (AGT-6),
 //     and its create-failure count and quarantine are cleared (PLC-9: the failures were the
 //     old process's), with the event "quarantined → active" if it was quarantined;
 //   - it applies hb.Ended: each listed sandbox that exists, belongs to hb.AgentID and is not
@@ -133,6 +134,9 @@ func (s *Store) RecordHeartbeat(ctx context.Context, hb berth.Heartbeat, credHas
 			ev.From, ev.To, ev.Reason = "", string(status), "registered"
 		case oldStatus != string(status):
 			ev.From, ev.To, ev.Reason = oldStatus, string(status), "heartbeat"
+			if hb.StatusReason != "" && status == berth.AgentDraining {
+				ev.Reason += ": " + hb.StatusReason // why the agent drains itself
+			}
 		}
 		if ev.Reason != "" {
 			if err := s.insertEvent(ctx, tx, ev); err != nil {
