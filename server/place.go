@@ -288,11 +288,11 @@ func (s *scheduler) choose(ctx context.Context, p *placing) (candidate, error) {
 		d, host, addr = s.pick(p.preq, p.excluded)
 	}
 	if d.Index < 0 {
-		return candidate{}, s.refusal(ctx, d, p.sb, p.lastAgentErr)
+		return candidate{}, s.refusal(ctx, d, p.sb, p.preq.Region, p.lastAgentErr)
 	}
 	if p.tries >= s.cfg.MaxHostsPerCreate {
 		d.Rejected[placement.ReasonSaturated]++ // the host it would try next, had it the patience
-		return candidate{}, s.refusal(ctx, d, p.sb, p.lastAgentErr)
+		return candidate{}, s.refusal(ctx, d, p.sb, p.preq.Region, p.lastAgentErr)
 	}
 	p.tries++
 	if p.tries > 1 && p.at.fresh {

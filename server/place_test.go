@@ -826,3 +826,33 @@ func TestPlaceEveryFailureAfterReserveUnreserves(t *testing.T) {
 		})
 	}
 }
+
+// TestPLC10_UnknownRegionIsBadInput (found by a new user): a create for a region no host has
+// ever announced ("mars" for "eu") was 503 no_capacity with a Retry-After, so SDKs retried
+// for 90 s and reported a full fleet. It is 400 invalid_request naming the regions hosts
+// announce; a known region whose hosts are all stale is still a refusal that waits.
+func TestPLC10_UnknownRegionIsBadInput(t *testing.T) {
+	h := newHarness(t, 0)
+	ctx := context.Background()
+	for _, a := range []struct {
+		id, region string
+		at         time.Time
+	}{{"eu1", "eu-west", time.Now()}, {"us1", "us-east", time.Now()}, {"ap1", "ap-south", time.Now().Add(-time.Hour)}} {
+		_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: a.id, Address: "http://127.0.0.1:1", Region: a.region,
+			Status: berth.AgentActive, IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096,
+			MemoryMiBAdmittable: 64, CPUTotal: 2}, a.at)
+		must(t, err)
+	}
+	code, body := h.do(t, http.MethodPost, "/v1/sandboxes", `{"template":"python","region":"mars"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, berth.EInvalidRequest) ||
+		!strings.Contains(body, `\"eu-west\"`) || !strings.Contains(body, `\"ap-south\"`) {
+		t.Errorf("a region no host announces: %d %s; want 400 invalid_request naming the regions there are", code, body)
+	}
+	// Known regions: no room there (64 MiB free), or only stale hosts: refusals that wait.
+	for _, region := range []string{"eu-west", "ap-south"} {
+		code, body := h.do(t, http.MethodPost, "/v1/sandboxes", `{"template":"python","region":"`+region+`"}`)
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("region %s, announced: %d %s; want 503", region, code, body)
+		}
+	}
+}

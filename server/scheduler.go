@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -347,9 +350,16 @@ func (s *scheduler) releaser(res berth.Reservation) func() {
 }
 
 // refusal builds the 503 for a create no host took: the code (PLC-4), the per-reason host
-// counts (PLC-10, C21) and a Retry-After estimate (API-3).
-func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.Sandbox, agentErr error) error {
+// counts (PLC-10, C21) and a Retry-After estimate (API-3). A create no host could ever take —
+// a region (the one asked, "" for any) no host announces, a size above every host's total —
+// is 400 invalid_request instead: retrying cannot help.
+func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.Sandbox, region string, agentErr error) error {
 	code := d.Code()
+	if announced, unknown := s.unknownRegion(region); unknown {
+		// A region no host has ever announced is a typo or a region not built yet, not a
+		// fleet that is full: a 503 would have clients retry for ever (found by a new user).
+		return berth.Errorf(berth.EInvalidRequest, "region %q: no host has announced it (hosts announce %s)", region, announced)
+	}
 	if code == berth.ENoCapacity {
 		if largest, never := s.neverFits(sb); never {
 			// The "can never fit" kind of no (STYLE habit 3): retrying cannot help, so it is
@@ -372,6 +382,30 @@ func (s *scheduler) refusal(ctx context.Context, d placement.Decision, sb berth.
 		s.cfg.Logger.Error("no healthy agents", "sandbox", sb.ID, "hosts", e.Hosts)
 	}
 	return e
+}
+
+// unknownRegion reports whether region is asked ("" is any) while no host in the snapshot,
+// whatever its state, announces it; it also returns the regions hosts announce, quoted and
+// sorted, for the refusal's message. With no host known at all it reports false: that is
+// no_healthy_agents. Placement re-read the store before a refusal (PLC-6), so a host of a
+// new region that has heartbeated is in the snapshot.
+func (s *scheduler) unknownRegion(region string) (string, bool) {
+	if region == "" {
+		return "", false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	seen := map[string]bool{}
+	for _, h := range s.hosts {
+		if h.Region == region {
+			return "", false
+		}
+		seen[strconv.Quote(h.Region)] = true
+	}
+	if len(seen) == 0 {
+		return "", false
+	}
+	return strings.Join(slices.Sorted(maps.Keys(seen)), ", "), true
 }
 
 // neverFits reports whether sb's charge exceeds the total memory of every known host (in
