@@ -83,8 +83,8 @@ type Heartbeat struct {
 	// StatusReason says why a draining agent drains — "aws rebalance notice", an operator's
 	// reason, "agent shutting down" — and becomes the reason of the event its status change
 	// writes (LIF-3: "heartbeat: <reason>"). It is not stored on the agent; the server keeps
-	// at most ReasonExcerptBytes of it. "" (an agent of the previous release) writes
-	// "heartbeat" alone.
+	// its first 512 bytes (server.ReasonExcerptBytes). "" (an agent of the previous release)
+	// writes "heartbeat" alone.
 	StatusReason        string         `json:"status_reason,omitempty"`
 	CPUTotal            float64        `json:"cpu_total"`
 	CPUUsed             float64        `json:"cpu_used"`

@@ -349,7 +349,8 @@ func TestDashboardAt10000Hosts(t *testing.T) {
 		// refuses connections, and nothing is placed on them (this test creates nothing).
 		hb := berth.Heartbeat{AgentID: fmt.Sprintf("fleet-%05d", i), Address: "http://127.0.0.1:1", Pool: berth.PoolEphemeral,
 			Status: berth.AgentActive, IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, HeartbeatAt: now,
-			CPUTotal: 16, MemoryMiBTotal: 65536, MemoryMiBCommitted: int64(i % 60000), MemoryMiBAdmittable: 65536 - int64(i%60000)}
+			CPUTotal: 16, MemoryMiBTotal: 65536, MemoryMiBCommitted: int64(i % 60000), MemoryMiBAdmittable: 65536 - int64(i%60000),
+			MemoryPressure: float64(i%20) + 0.5} // PSI percent: fleet-09999's is 19.5
 		if _, err := st.Store.ApplyHeartbeat(ctx, hb, now); err != nil {
 			t.Fatalf("heartbeat %d: %v", i, err)
 		}
@@ -377,6 +378,13 @@ func TestDashboardAt10000Hosts(t *testing.T) {
 	step(t, bctx, "filter by host", 10*time.Second, chromedp.SendKeys(chromedp.CSS(`#view-fleet input[name=host]`), "fleet-09999"))
 	waitPage(t, bctx, "the one host the filter matches", `document.querySelectorAll("#view-fleet tbody tr:not([hidden])").length === 1 && `+
 		`document.querySelector('#view-fleet tr[data-key="fleet-09999"]:not([hidden])') !== null`)
+	// Memory pressure is PSI, already a percentage: 19.5 shows as 19.5 %, hot (over the
+	// gate's 10 % close line), not as 1,950 %.
+	cell := `(() => { const i = [...document.querySelectorAll("#view-fleet thead th")].findIndex(th => th.dataset.key === "pressure");` +
+		` return document.querySelector('#view-fleet tr[data-key="fleet-09999"]').children[i]; })()`
+	if got := pageEval[string](t, bctx, cell+`.innerText + " " + `+cell+`.className`); got != "19.5% num hot" {
+		t.Errorf("fleet-09999's pressure cell reads %q, want \"19.5%% num hot\"", got)
+	}
 }
 
 // evilApp is a tenant's app that tries what a page served from the API's own origin could do

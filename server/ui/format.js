@@ -18,6 +18,11 @@ export function pct(v) {
   return v === undefined || v === null ? "—" : nf0.format(v * 100) + "%";
 }
 
+// psi formats a PSI reading, already a percentage (memory_pressure: "some avg10", 0–100).
+export function psi(v) {
+  return v === undefined || v === null ? "—" : nf1.format(v) + "%";
+}
+
 // age formats seconds as "0.4 s", "12 s", "3 min", "2 h", "5 d".
 export function age(s) {
   if (s === undefined || s === null || !isFinite(s)) return "—";

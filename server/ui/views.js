@@ -126,8 +126,10 @@ export class FleetView {
         { key: "resident", label: "Resident", num, text: (a) => f.mib(a.memory_mb_used), sort: (a) => a.memory_mb_used || 0 },
         { key: "reserved", label: "Reserved", num, text: (a) => f.mib(this.reserved.get(a.agent_id) || 0), sort: (a) => this.reserved.get(a.agent_id) || 0 },
         { key: "admittable", label: "Admittable", num, text: (a) => f.mib(a.memory_mb_admittable), sort: (a) => a.memory_mb_admittable || 0 },
-        { key: "pressure", label: "Pressure", num, text: (a) => f.pct(a.memory_pressure), sort: (a) => a.memory_pressure || 0,
-          cls: (a) => (a.memory_pressure >= 0.9 ? "hot" : "") },
+        // memory_pressure is PSI "some avg10", a percentage; hot from the agents' default
+        // pressure-gate close line (10 %, ADM-8).
+        { key: "pressure", label: "Pressure", num, text: (a) => f.psi(a.memory_pressure), sort: (a) => a.memory_pressure || 0,
+          cls: (a) => (a.memory_pressure >= 10 ? "hot" : "") },
         { key: "intake", label: "Intake", text: (a) => (a.intake_open ? "open" : "closed"), cls: (a) => (a.intake_open ? "" : "warn-text") },
         { key: "heartbeat", label: "Heartbeat", num, text: (a) => f.age(a.last_seen_s) + " ago", sort: (a) => a.last_seen_s || 0 },
         { key: "quarantine", label: "Quarantine", text: (a) => quarantine(a), sort: (a) => a.create_failures || 0 },
