@@ -126,7 +126,8 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req berth.ExecRequest
-	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+	// DecodeBinary: stdin may be binary.
+	if err := httpjson.DecodeBinary(w, r, maxJSONBytes, &req); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

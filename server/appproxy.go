@@ -80,6 +80,11 @@ func (s *Server) appHost(r *http.Request) (string, bool) {
 // are then dropped.
 func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path string, sharedOrigin bool) {
 	fail := func(err error) { s.writeError(w, r, err) }
+	if !berth.ValidAppName(name) {
+		// No app has such a name; and one with a NUL byte was a 500 on PostgreSQL.
+		fail(berth.Errorf(berth.EAppNotFound, "no app %q", strings.ToValidUTF8(name, "?")))
+		return
+	}
 	if p, err := url.PathUnescape(path); err != nil || slices.Contains(strings.Split(p, "/"), "..") {
 		// The path is appended to the agent's route to the app: it must not climb out of it.
 		fail(berth.Errorf(berth.EInvalidRequest, "path %q is not a clean path", path))

@@ -85,7 +85,11 @@ func (s *Server) evacuateOne(ctx context.Context, agentID, actor string, step be
 	}
 	end := func(state berth.SandboxState, reason string) berth.EvacuateOutcome {
 		if _, err := s.store.TransitionSandbox(rec, sb.ID, nil, state, reason, actor, s.cfg.Clock()); err != nil {
+			// Not recorded: the outcome is the state the store still holds, so the agent does
+			// not stop a sandbox the store calls live (its lease settles it later).
 			s.log.Error("could not record an evacuation outcome", "sandbox", sb.ID, "err", err)
+			out.State, out.Reason = sb.State, "the store did not record "+string(state)+": "+err.Error()
+			return out
 		}
 		out.State, out.Reason = state, reason
 		return out

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
@@ -86,14 +88,14 @@ func (s *Server) routeTable() (http.Handler, []string) {
 func (s *Server) appRoutes(mux *routeMux, tenant func(apiFunc) http.HandlerFunc) {
 	mux.HandleFunc("POST /v1/apps", tenant(s.createApp))
 	mux.HandleFunc("GET /v1/apps", tenant(s.listApps))
-	mux.HandleFunc("GET /v1/apps/{name}", tenant(s.getApp))
-	mux.HandleFunc("DELETE /v1/apps/{name}", tenant(s.deleteApp))
-	mux.HandleFunc("POST /v1/apps/{name}/deploy", tenant(s.deployApp))
-	mux.HandleFunc("POST /v1/apps/{name}/idle", tenant(s.setAppIdle))
-	mux.HandleFunc("POST /v1/apps/{name}/hibernate", tenant(s.setAppDesired(berth.DesireHibernated, "hibernate")))
-	mux.HandleFunc("POST /v1/apps/{name}/wake", tenant(s.setAppDesired(berth.DesireRunning, "wake")))
-	mux.HandleFunc("POST /v1/apps/{name}/start", tenant(s.setAppDesired(berth.DesireRunning, "start")))
-	mux.HandleFunc("POST /v1/apps/{name}/stop", tenant(s.setAppDesired(berth.DesireStopped, "stop")))
+	mux.HandleFunc("GET /v1/apps/{name}", tenant(appNamed(s.getApp)))
+	mux.HandleFunc("DELETE /v1/apps/{name}", tenant(appNamed(s.deleteApp)))
+	mux.HandleFunc("POST /v1/apps/{name}/deploy", tenant(appNamed(s.deployApp)))
+	mux.HandleFunc("POST /v1/apps/{name}/idle", tenant(appNamed(s.setAppIdle)))
+	mux.HandleFunc("POST /v1/apps/{name}/hibernate", tenant(appNamed(s.setAppDesired(berth.DesireHibernated, "hibernate"))))
+	mux.HandleFunc("POST /v1/apps/{name}/wake", tenant(appNamed(s.setAppDesired(berth.DesireRunning, "wake"))))
+	mux.HandleFunc("POST /v1/apps/{name}/start", tenant(appNamed(s.setAppDesired(berth.DesireRunning, "start"))))
+	mux.HandleFunc("POST /v1/apps/{name}/stop", tenant(appNamed(s.setAppDesired(berth.DesireStopped, "stop"))))
 	mux.HandleFunc("/apps/{name}", s.appRoute)
 	mux.HandleFunc("/apps/{name}/{path...}", s.appRoute)
 }
@@ -142,6 +144,9 @@ func requestID(ctx context.Context) string {
 func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.auth.key(r.Context(), r)
+		if err == nil {
+			err = requestText(r)
+		}
 		if err == nil && adminOnly && !p.admin() {
 			err = berth.Errorf(berth.EForbidden, "this call needs an admin key")
 		}
@@ -154,6 +159,44 @@ func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 		if err != nil {
 			s.writeError(w, r, err)
 		}
+	}
+}
+
+// requestText refuses (invalid_request) an API call whose path or query holds text no store
+// can keep: a NUL character, or bytes that are not UTF-8 (a %00 or %ff in a sandbox id, an
+// app name, an events filter). PostgreSQL refuses both, so each was a 500 there and a miss on
+// SQLite (found by an attack); the answer must not depend on the store. The files API's
+// `path` may be any bytes but NUL (a file name need not be UTF-8; writeFile and readFile
+// refuse NUL themselves).
+func requestText(r *http.Request) error {
+	if !storable(r.URL.Path, true) {
+		return berth.Errorf(berth.EInvalidRequest, "the request path must be UTF-8 text without a NUL character")
+	}
+	for k, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if !storable(k, true) || !storable(v, k != "path") {
+				return berth.Errorf(berth.EInvalidRequest, "query parameter %q must be UTF-8 text without a NUL character", strings.ToValidUTF8(k, "?"))
+			}
+		}
+	}
+	return nil
+}
+
+// storable reports whether s has no NUL character and, when utf8Only, is valid UTF-8.
+func storable(s string, utf8Only bool) bool {
+	return strings.IndexByte(s, 0) < 0 && (!utf8Only || utf8.ValidString(s))
+}
+
+// appNamed answers 404 app_not_found for a /v1/apps/{name}… call whose name no app can have
+// (berth.ValidAppName) before f reads the store or claims an Idempotency-Key with it: a
+// 4,000-byte name in a keyed deploy was a 500 on PostgreSQL (the claim's key outgrew its
+// index; found by an attack).
+func appNamed(f apiFunc) apiFunc {
+	return func(w http.ResponseWriter, r *http.Request, p principal) error {
+		if name := r.PathValue("name"); !berth.ValidAppName(name) {
+			return berth.Errorf(berth.EAppNotFound, "no app %q", strings.ToValidUTF8(name, "?"))
+		}
+		return f(w, r, p)
 	}
 }
 

@@ -398,7 +398,8 @@ func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.S
 
 func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req berth.ExecRequest
-	if err := httpjson.Decode(w, r, maxJSONBytes, &req); err != nil {
+	// DecodeBinary: stdin may be binary, and it is never stored.
+	if err := httpjson.DecodeBinary(w, r, maxJSONBytes, &req); err != nil {
 		return err
 	}
 	switch {

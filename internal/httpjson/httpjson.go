@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -149,10 +150,20 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// Decode reads one JSON value of at most limit bytes into v. Unknown fields, trailing data
-// and oversized bodies are errors: invalid_request or request_too_large. The Content-Type is
-// not checked: the body must be JSON whatever a client (e.g. plain `curl -d`) labels it.
+// Decode reads one JSON value of at most limit bytes into v. Unknown fields, trailing data,
+// oversized bodies and a string holding a NUL character (refuseNUL) are errors:
+// invalid_request or request_too_large. The Content-Type is not checked: the body must be
+// JSON whatever a client (e.g. plain `curl -d`) labels it.
 func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if err := DecodeBinary(w, r, limit, v); err != nil {
+		return err
+	}
+	return refuseNUL(reflect.ValueOf(v), "")
+}
+
+// DecodeBinary is Decode for a body whose strings may hold any character, NUL included: one
+// never stored (exec's stdin). Errors as Decode's.
+func DecodeBinary(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
