@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,5 +204,50 @@ func TestFiles_SandboxPermissionIsTheCallers403(t *testing.T) {
 			strings.Contains(string(body), `"retryable":true`) || resp.Header.Get("Retry-After") != "" {
 			t.Errorf("%s files on a path the sandbox refuses: %d %s; want 403 forbidden with the sandbox's message, not retryable", method, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestFiles_CutUploadIsTheCallers400 (found by an attack): an upload the client cuts short
+// (Content-Length 1000, 10 bytes sent, then its side closed) was 503 "agent unreachable",
+// logged as the agent's failure and retried by SDKs. It is 400 invalid_request; the agent,
+// which reads the body as the real one does, is never told to write the file.
+func TestFiles_CutUploadIsTheCallers400(t *testing.T) {
+	h := newHarness(t, 0)
+	var written atomic.Int64
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+			w.WriteHeader(http.StatusCreated)
+		case strings.HasSuffix(r.URL.Path, "/files"):
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				return // a body cut short: nothing is written
+			}
+			written.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(agent.Close)
+	h.heartbeat(t, "a1", agent.URL, 1<<20)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	u, _ := url.Parse(h.srv.URL)
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	must(t, err)
+	defer conn.Close()
+	must(t, conn.SetDeadline(time.Now().Add(15*time.Second)))
+	_, err = fmt.Fprintf(conn, "PUT /v1/sandboxes/%s/files?path=/tmp/cut.txt HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Length: 1000\r\n\r\n0123456789", sb.ID, h.key)
+	must(t, err)
+	must(t, conn.(*net.TCPConn).CloseWrite())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	must(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), berth.EInvalidRequest) || written.Load() != 0 {
+		t.Fatalf("an upload cut short: %d %s (files written %d); want 400 invalid_request, nothing written", resp.StatusCode, body, written.Load())
 	}
 }

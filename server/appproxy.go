@@ -54,6 +54,10 @@ func (s *Server) appRoute(w http.ResponseWriter, r *http.Request) {
 	s.serveApp(w, r, name, strings.TrimPrefix(r.URL.EscapedPath(), "/apps/"+name), true)
 }
 
+// maxAppURLBytes bounds the path and query of a request to an app: 16 KiB, twice what common
+// proxies (nginx's default large_client_header_buffers) take.
+const maxAppURLBytes = 16 << 10
+
 // pathAppSandbox is the Content-Security-Policy of every answer through /apps/{name}/: a
 // document it loads runs sandboxed, without allow-same-origin, so in an opaque origin —
 // scripts, forms, popups and downloads work, the API origin's storage, cookies and windows
@@ -83,6 +87,12 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name, path str
 	if !berth.ValidAppName(name) {
 		// No app has such a name; and one with a NUL byte was a 500 on PostgreSQL.
 		fail(berth.Errorf(berth.EAppNotFound, "no app %q", strings.ToValidUTF8(name, "?")))
+		return
+	}
+	if len(path)+len(r.URL.RawQuery) > maxAppURLBytes {
+		// Past what the agent's listener reads, the call failed as if the host were down: a
+		// retryable 503 for the caller's own request (found by an attack).
+		fail(berth.Errorf(berth.EInvalidRequest, "the path and query are over %d bytes", maxAppURLBytes))
 		return
 	}
 	if p, err := url.PathUnescape(path); err != nil || slices.Contains(strings.Split(p, "/"), "..") {

@@ -225,6 +225,8 @@ func TestAPP1_BadInput(t *testing.T) {
 		{"DELETE", "/v1/apps/nope", ``, 404, berth.EAppNotFound},
 		{"GET", "/apps/nope/", ``, 404, berth.EAppNotFound},
 		{"GET", "/apps/nope/a/%2e%2e/%2e%2e/exec", ``, 400, berth.EInvalidRequest},
+		// A path past what an agent's listener reads was a retryable 503 (found by an attack).
+		{"GET", "/apps/nope/" + strings.Repeat("p", 100<<10), ``, 400, berth.EInvalidRequest},
 		{"POST", "/v1/apps", `{"name":"web",` + ok + `,"files":{"a/./b//c":"x"}}`, 400, berth.EInvalidRequest},
 		{"POST", "/v1/apps/nope/idle", `{"idle_seconds":5}`, 404, berth.EAppNotFound},
 	}

@@ -455,17 +455,36 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, p principal) 
 	if err != nil {
 		return err
 	}
-	body := http.MaxBytesReader(w, r.Body, maxFileBytes)
+	body := &readErr{r: http.MaxBytesReader(w, r.Body, maxFileBytes)}
 	err = s.agents.writeFile(r.Context(), addr, sb.ID, fp, body, r.ContentLength)
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	switch {
+	case errors.As(err, &tooBig) || errors.As(body.err, &tooBig):
 		return berth.Errorf(berth.ETooLarge, "file over %d bytes", maxFileBytes)
-	}
-	if err != nil {
+	case body.err != nil:
+		// The caller's body broke off (a Content-Length not reached, a chunked body without
+		// its end): its fault, not the agent's, and nothing was written (ISO-3).
+		return berth.Errorf(berth.EInvalidRequest, "the file's body was cut short (%v): nothing was written", body.err)
+	case err != nil:
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// readErr is a request body that keeps the first error reading it returned, other than
+// io.EOF: what the caller's side of a streamed upload did, whatever the agent call made of it.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (b *readErr) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 // readFile is GET /v1/sandboxes/{id}/files?path=: the file streams from the sandbox with its
