@@ -760,12 +760,15 @@ func (s *Server) checkQuota(ctx context.Context, tenant string, memMiB int64) er
 	}
 	if !q.Allows(n, mem, memMiB) {
 		s.metrics.refusals.WithLabelValues(berth.ETenantOverQuota).Inc() // MET-1
-		return overQuota(tenant, q, n, mem)
+		q.Tenant = tenant
+		return overQuota(&berth.QuotaRefusal{Quota: q, Sandboxes: n, MemoryMiB: mem, AskedMiB: memMiB})
 	}
 	return nil
 }
 
-func overQuota(tenant string, q berth.Quota, n int, mem int64) error {
-	return berth.Errorf(berth.ETenantOverQuota, "tenant %s uses %d sandboxes and %d MiB of its quota (%d sandboxes, %d MiB; 0 = no limit)",
-		tenant, n, mem, q.MaxSandboxes, q.MaxMemoryMiB)
+// overQuota is the tenant_over_quota answer (ADM-11: 403, not retryable) for a refusal, from
+// the pre-check or the store's own check: its message says what was asked and what the
+// quota allows.
+func overQuota(r *berth.QuotaRefusal) error {
+	return &berth.Error{Code: berth.ETenantOverQuota, Message: r.Error(), Cause: r}
 }

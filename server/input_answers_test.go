@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -49,5 +50,27 @@ func TestBadNumbersAnswerInJSONTerms(t *testing.T) {
 		if e := errorOf(t, body); e.Code != berth.EInvalidRequest || e.Message != tc.want {
 			t.Errorf("%s %s %s:\n got %s %q\nwant invalid_request %q", tc.method, tc.path, tc.body, e.Code, e.Message, tc.want)
 		}
+	}
+}
+
+// TestQuotaRefusalSaysTheSizeAsked (a new user's report, item 2): tenant acme with a quota of
+// 1 sandbox and 300 MiB creating a 512 MiB python sandbox was told it "uses 0 sandboxes and
+// 0 MiB of its quota (1 sandboxes, 300 MiB…)" — not why. The 403 tenant_over_quota now says
+// what was asked, from the pre-check and from the store's own check (a concurrent create
+// took the room after the pre-check) alike.
+func TestQuotaRefusalSaysTheSizeAsked(t *testing.T) {
+	h := newHarness(t, time.Second)
+	if code, body := h.do(t, http.MethodPut, "/v1/tenants/acme/quota", `{"max_sandboxes":1,"max_memory_mb":300}`); code != http.StatusOK {
+		t.Fatalf("set quota: %d %s", code, body)
+	}
+	const want = "tenant acme asks for a 512 MiB sandbox, over its quota: it uses 0 of 1 sandboxes and 0 of 300 MiB"
+	code, body := h.do(t, http.MethodPost, "/v1/sandboxes", `{"template":"python"}`)
+	if e := errorOf(t, body); code != http.StatusForbidden || e.Code != berth.ETenantOverQuota || e.Message != want || e.Retryable {
+		t.Errorf("create over quota: %d %+v\nwant 403 tenant_over_quota, not retryable, %q", code, e, want)
+	}
+	// The store's check, inside the create's transaction, words it the same way.
+	err := recordError(h.st.CreateSandbox(context.Background(), newSandbox(""), "test", h.clock()))
+	if berth.ErrorCode(err) != berth.ETenantOverQuota || berth.ErrorMessage(err) != want {
+		t.Errorf("the store's refusal answers %v\nwant tenant_over_quota %q", err, want)
 	}
 }
