@@ -583,6 +583,9 @@ type tenantBody struct {
 	Name string `json:"name"`
 }
 
+// createTenant is POST /v1/tenants {"name"} (admin): 201 with the new tenant. A name that is
+// taken is 409 conflict and the tenant is left as it is — its created_at, keys and quota —
+// as the CLI and the SDKs document ("an existing name is a conflict").
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principal) error {
 	var b tenantBody
 	if err := httpjson.Decode(w, r, maxJSONBytes, &b); err != nil {
@@ -591,12 +594,49 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principa
 	if !nameRE.MatchString(b.Name) {
 		return berth.Errorf(berth.EInvalidRequest, "tenant name must be lowercase letters, digits, '.', '_' or '-', at most 63")
 	}
-	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC()}
+	old, ok, err := s.tenant(r.Context(), b.Name)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return tenantExists(old)
+	}
+	// Stores keep milliseconds: the answer holds the time as it is stored.
+	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC().Truncate(time.Millisecond)}
 	if err := s.store.PutTenant(r.Context(), t); err != nil {
 		return berth.Fault(err, "store tenant")
 	}
-	httpjson.WriteJSON(w, http.StatusCreated, t)
+	// PutTenant leaves a tenant that exists as it is: a create that won a race since the read
+	// above shows as another created_at.
+	stored, ok, err := s.tenant(r.Context(), b.Name)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return berth.Errorf(berth.EInternal, "tenant %q is not stored after its create", b.Name)
+	case !stored.CreatedAt.Equal(t.CreatedAt):
+		return tenantExists(stored)
+	}
+	httpjson.WriteJSON(w, http.StatusCreated, stored)
 	return nil
+}
+
+// tenant reads one tenant; ok is false when there is none of that name.
+func (s *Server) tenant(ctx context.Context, name string) (t berth.Tenant, ok bool, err error) {
+	tenants, err := s.store.Tenants(ctx)
+	if err != nil {
+		return berth.Tenant{}, false, berth.Fault(err, "read tenants")
+	}
+	i := slices.IndexFunc(tenants, func(t berth.Tenant) bool { return t.Name == name })
+	if i < 0 {
+		return berth.Tenant{}, false, nil
+	}
+	return tenants[i], true, nil
+}
+
+func tenantExists(t berth.Tenant) error {
+	return berth.Errorf(berth.EConflict, "tenant %s exists (created %s); it is left as it is",
+		t.Name, t.CreatedAt.UTC().Format(time.RFC3339))
 }
 
 type keyBody struct {
@@ -719,11 +759,11 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request, p principal) e
 func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, _ principal) error {
 	name := r.PathValue("name")
 	// An unknown tenant is not_found, as a PUT of its quota is, not "no limit".
-	tenants, err := s.store.Tenants(r.Context())
+	_, ok, err := s.tenant(r.Context(), name)
 	if err != nil {
-		return berth.Fault(err, "read tenants")
+		return err
 	}
-	if !slices.ContainsFunc(tenants, func(t berth.Tenant) bool { return t.Name == name }) {
+	if !ok {
 		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
 	}
 	q, err := s.store.Quota(r.Context(), name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,70 @@ func TestQuotaRefusalSaysTheSizeAsked(t *testing.T) {
 	err := recordError(h.st.CreateSandbox(context.Background(), newSandbox(""), "test", h.clock()))
 	if berth.ErrorCode(err) != berth.ETenantOverQuota || berth.ErrorMessage(err) != want {
 		t.Errorf("the store's refusal answers %v\nwant tenant_over_quota %q", err, want)
+	}
+}
+
+// racedTenants is a store where another replica creates the tenant between this replica's
+// read and its write.
+type racedTenants struct {
+	berth.Store
+	other time.Time
+}
+
+func (r racedTenants) PutTenant(ctx context.Context, t berth.Tenant) error {
+	if err := r.Store.PutTenant(ctx, berth.Tenant{Name: t.Name, CreatedAt: r.other}); err != nil {
+		return err
+	}
+	return r.Store.PutTenant(ctx, t)
+}
+
+// TestCreateTenantTakenIsConflict (a new user's report, item 4): POST /v1/tenants for a name
+// that exists answered 201 with a new created_at each time, a record the store never held.
+// It is 409 conflict, as the CLI and the SDKs document, and the tenant is left as it is: its
+// created_at, quota and keys. A create that loses a race to another replica is a conflict
+// too, never a 201 with a time that is not stored.
+func TestCreateTenantTakenIsConflict(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 3, 1, 9, 0, 0, 123456789, time.UTC)}
+	h := newHarnessWith(t, func(c *Config) { c.Clock = clock.Now })
+	ctx := context.Background()
+	code, body := h.do(t, http.MethodPost, "/v1/tenants", `{"name":"beta"}`)
+	var first berth.Tenant
+	if err := json.Unmarshal([]byte(body), &first); code != http.StatusCreated || err != nil || first.Name != "beta" {
+		t.Fatalf("first create: %d %s; want 201", code, body)
+	}
+	if stored := clock.Now().Truncate(time.Millisecond); !first.CreatedAt.Equal(stored) { // stores keep ms
+		t.Errorf("first create answered created_at %s; the store holds %s", first.CreatedAt, stored)
+		first.CreatedAt = stored
+	}
+	if code, body := h.do(t, http.MethodPut, "/v1/tenants/beta/quota", `{"max_sandboxes":3}`); code != http.StatusOK {
+		t.Fatalf("quota: %d %s", code, body)
+	}
+	clock.Add(time.Hour)
+	for _, name := range []string{"beta", "acme"} { // acme: made by the store, not the API
+		code, body := h.do(t, http.MethodPost, "/v1/tenants", `{"name":"`+name+`"}`)
+		if e := errorOf(t, body); code != http.StatusConflict || e.Code != berth.EConflict || !strings.Contains(e.Message, "tenant "+name+" exists") {
+			t.Errorf("create of existing %s: %d %s; want 409 conflict naming it", name, code, body)
+		}
+	}
+	tenants, err := h.st.Tenants(ctx)
+	must(t, err)
+	if len(tenants) != 2 || tenants[1].Name != "beta" || !tenants[1].CreatedAt.Equal(first.CreatedAt) {
+		t.Errorf("tenants after the second create: %+v; want beta as first created (%s)", tenants, first.CreatedAt)
+	}
+	if q, err := h.st.Quota(ctx, "beta"); err != nil || q.MaxSandboxes != 3 {
+		t.Errorf("beta's quota after the second create: %+v %v; want max_sandboxes 3 kept", q, err)
+	}
+
+	// Another replica creates "gamma" between this one's read and its write.
+	other := clock.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	h.s.store = racedTenants{Store: h.s.store, other: other}
+	code, body = h.do(t, http.MethodPost, "/v1/tenants", `{"name":"gamma"}`)
+	if e := errorOf(t, body); code != http.StatusConflict || e.Code != berth.EConflict {
+		t.Errorf("create that lost a race: %d %s; want 409 conflict", code, body)
+	}
+	tenants, err = h.st.Tenants(ctx)
+	must(t, err)
+	if len(tenants) != 3 || tenants[2].Name != "gamma" || !tenants[2].CreatedAt.Equal(other) {
+		t.Errorf("tenants after the race: %+v; want gamma as the other replica made it (%s)", tenants, other)
 	}
 }

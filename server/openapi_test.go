@@ -369,6 +369,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 
 	// Tenants, keys, quotas (admin).
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "beta"}, want: 201})
+	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "beta"}, want: 409, code: berth.EConflict})
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "Not A Name"}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "x", "extra": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: []byte(`{"name":"` + strings.Repeat("x", maxJSONBytes) + `"}`), want: 413, code: berth.ETooLarge, invalid: true})
