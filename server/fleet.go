@@ -98,6 +98,9 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 			return err
 		}
 	}
+	if err := checkReason(b.Reason); err != nil {
+		return err
+	}
 	if draining && b.Reason == "" {
 		b.Reason = "operator"
 	}
@@ -437,6 +440,17 @@ func inRange[T int64 | float64](x, hi T) bool { return x >= 0 && x <= hi }
 const maxHeldIDBytes = 128
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+// checkReason refuses reason text an operator sends (a drain's) that an event could not keep
+// whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get, or a
+// NUL character, which PostgreSQL refuses in text. The error is invalid_request.
+func checkReason(reason string) error {
+	if len(reason) > ReasonExcerptBytes || hasNUL(reason) {
+		return berth.Errorf(berth.EInvalidRequest, "reason is %d bytes; it must be at most %d, without a NUL character",
+			len(reason), ReasonExcerptBytes)
+	}
+	return nil
+}
 
 // agentIDParam is the {id} of an /v1/agents/{id}/… route, refused as invalid_request when it
 // is not an agent id at all (berth.CheckAgentID: a NUL byte or invalid UTF-8 would otherwise

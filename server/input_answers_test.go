@@ -140,3 +140,46 @@ func TestCreateTenantTakenIsConflict(t *testing.T) {
 		t.Errorf("tenants after the race: %+v; want gamma as the other replica made it (%s)", tenants, other)
 	}
 }
+
+// TestDrainReasonBounded (a new user's report, item 5): a drain with a 100,000-character
+// reason was 202 and stored in the agent's events. An operator's reason is held to the bound
+// apps' reasons get in events (ReasonExcerptBytes), without a NUL (PostgreSQL refuses it):
+// past it, 400 invalid_request and nothing changes — the agent is not drained, no event is
+// written. A reason at the bound is taken whole.
+func TestDrainReasonBounded(t *testing.T) {
+	h := newHarness(t, time.Second)
+	ag := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", ag.srv.URL, 4096)
+	ctx := context.Background()
+	events := func() int {
+		evs, err := h.st.Events(ctx, berth.EventFilter{Entity: "agent/a1", Limit: 100})
+		must(t, err)
+		return len(evs)
+	}
+	before := events()
+	for _, tc := range []struct{ path, reason string }{
+		{"/v1/agents/a1/drain", strings.Repeat("x", 100_000)},
+		{"/v1/agents/a1/drain", strings.Repeat("é", ReasonExcerptBytes/2) + "x"},
+		{"/v1/agents/a1/drain", `spot \u0000 notice`},
+		{"/v1/agents/a1/undrain", strings.Repeat("x", ReasonExcerptBytes+1)},
+	} {
+		code, body := h.do(t, http.MethodPost, tc.path, `{"reason":"`+tc.reason+`"}`)
+		if e := errorOf(t, body); code != http.StatusBadRequest || e.Code != berth.EInvalidRequest {
+			t.Errorf("%s with a %d-byte reason: %d %s; want 400 invalid_request", tc.path, len(tc.reason), code, body)
+		}
+	}
+	a, err := h.st.Agent(ctx, "a1")
+	must(t, err)
+	if a.Status != berth.AgentActive || a.DrainReason != "" || events() != before {
+		t.Fatalf("after refused drains: status %s, reason %d bytes, %d events (was %d); want it untouched", a.Status, len(a.DrainReason), events(), before)
+	}
+	whole := strings.Repeat("é", ReasonExcerptBytes/2)
+	if code, body := h.do(t, http.MethodPost, "/v1/agents/a1/drain", `{"reason":"`+whole+`"}`); code != http.StatusAccepted {
+		t.Fatalf("drain with a reason at the bound: %d %s; want 202", code, body)
+	}
+	evs, err := h.st.Events(ctx, berth.EventFilter{Entity: "agent/a1", Limit: 100})
+	must(t, err)
+	if last := evs[len(evs)-1]; last.Reason != whole {
+		t.Errorf("the drain's event reason is %d bytes; want the %d sent, whole", len(last.Reason), len(whole))
+	}
+}

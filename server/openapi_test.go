@@ -476,6 +476,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 	o.do(oaCall{method: "DELETE", path: "/v1/apps/web", key: admin, want: 404, code: berth.EAppNotFound})
 
 	// Drain (admin).
+	o.do(oaCall{method: "POST", path: "/v1/agents/oa-agent/drain", key: admin, body: m{"reason": strings.Repeat("x", 513)}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/agents/oa-agent/drain", key: admin, body: m{"reason": "openapi test"}, want: 202})
 	o.do(oaCall{method: "GET", path: "/v1/agents/oa-agent/drain", key: admin, want: 200})
 	o.do(oaCall{method: "POST", path: "/v1/agents/oa-agent/undrain", key: admin, want: 200})
