@@ -495,6 +495,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 // Errors: invalid_request naming the parameter.
 func eventFilter(q url.Values) (berth.EventFilter, error) {
 	f := berth.EventFilter{Entity: q.Get("entity")}
+	if err := checkEntity(f.Entity); err != nil {
+		return f, err
+	}
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
@@ -510,9 +513,9 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 		f.Until = t
 	}
 	if v := q.Get("type"); v != "" {
-		// The kind of entity: sandbox, agent, reservation or app (LIF-3, APP-1).
-		if v != "sandbox" && v != "agent" && v != "reservation" && v != "app" {
-			return f, berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent, reservation or app")
+		// The kind of entity (LIF-3, APP-1).
+		if !berth.ValidEventKind(v) {
+			return f, berth.Errorf(berth.EInvalidRequest, "type must be %s", berth.EventKindsText())
 		}
 		if f.Entity == "" {
 			f.Entity = v + "/"
@@ -521,8 +524,9 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 		}
 	}
 	if v := q.Get("to"); v != "" {
-		if len(v) > 64 {
-			return f, berth.Errorf(berth.EInvalidRequest, "to is longer than 64 bytes")
+		// A state no entity's events move to matches nothing: a typo, not an empty history.
+		if !berth.ValidEventTo(v) {
+			return f, berth.Errorf(berth.EInvalidRequest, "to %q is not a state any entity's events move to (e.g. running, lost, draining, waiting_capacity, expired)", excerpt(v))
 		}
 		f.To = v
 	}
@@ -534,6 +538,25 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 		f.Limit = n
 	}
 	return f, nil
+}
+
+// maxEntityBytes bounds an events query's entity: a kind, '/', and an id (sandbox and agent
+// ids are at most 128 bytes; a volume's is its tenant and name).
+const maxEntityBytes = 256
+
+// checkEntity refuses an events query's entity that names no kind of entity, as
+// invalid_request: it must be "" (every event), "<kind>/" (every entity of that kind) or
+// "<kind>/<id>", with a kind of berth.EventKinds, at most maxEntityBytes and without a NUL.
+func checkEntity(entity string) error {
+	if entity == "" {
+		return nil
+	}
+	kind, _, ok := strings.Cut(entity, "/")
+	if !ok || !berth.ValidEventKind(kind) || len(entity) > maxEntityBytes || hasNUL(entity) {
+		return berth.Errorf(berth.EInvalidRequest, "entity %q must be <kind>/<id>, or <kind>/ for every entity of a kind, "+
+			"with kind %s (at most %d bytes)", excerpt(entity), berth.EventKindsText(), maxEntityBytes)
+	}
+	return nil
 }
 
 // mayReadEvents checks that tenant key p may read the events of entity: one of its own

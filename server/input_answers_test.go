@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/google/go-cmp/cmp"
 )
 
 // errorOf decodes an API-2 error body, failing the test when body is not one.
@@ -181,5 +183,65 @@ func TestDrainReasonBounded(t *testing.T) {
 	must(t, err)
 	if last := evs[len(evs)-1]; last.Reason != whole {
 		t.Errorf("the drain's event reason is %d bytes; want the %d sent, whole", len(last.Reason), len(whole))
+	}
+}
+
+// TestEventFiltersRefuseWhatMatchesNothing (a new user's report, item 6): GET
+// /v1/events?entity=bogus and ?to=bogus answered 200 and no events while ?type=bogus was 400.
+// An entity that is not <kind>/<id> (or the prefix <kind>/) of a kind events are written for,
+// and a to that no entity's events move to, are 400 invalid_request; every kind events exist
+// for — tenant and volume included, which ?type= used to refuse — and every prefix still work.
+func TestEventFiltersRefuseWhatMatchesNothing(t *testing.T) {
+	h := newHarness(t, time.Second)
+	h.heartbeat(t, "a1", "http://127.0.0.1:1", 4096) // agent/a1: "" → active
+	if code, body := h.do(t, http.MethodPut, "/v1/tenants/acme/quota", `{"max_sandboxes":5}`); code != http.StatusOK {
+		t.Fatalf("quota: %d %s", code, body) // tenant/acme: → quota
+	}
+	for _, q := range []string{
+		"entity=bogus", "entity=bogus/x", "entity=/x", "entity=sandbox", "entity=Sandbox/x", "entity=sandbox/a%00b",
+		"entity=sandbox/" + strings.Repeat("x", 300), "to=bogus", "to=Running", "to=" + strings.Repeat("x", 100),
+		"type=bogus", "entity=agent/&to=bogus",
+	} {
+		code, body := h.do(t, http.MethodGet, "/v1/events?"+q, "")
+		if code != http.StatusBadRequest || errorOf(t, body).Code != berth.EInvalidRequest {
+			t.Errorf("GET /v1/events?%.60s: %d %.200s; want 400 invalid_request", q, code, body)
+		}
+	}
+	for q, want := range map[string]int{
+		"":                             2,
+		"entity=agent/":                1,
+		"entity=agent/a1":              1,
+		"entity=agent/a1&to=active":    1,
+		"to=active":                    1,
+		"entity=sandbox/":              0,
+		"entity=sandbox/sb-none":       0,
+		"to=lost":                      0,
+		"entity=reservation/&to=held":  0,
+		"entity=tenant/acme&to=quota":  1,
+		"type=tenant":                  1,
+		"type=volume":                  0,
+		"entity=volume/acme/":          0,
+		"to=waiting_capacity&type=app": 0,
+	} {
+		code, body := h.do(t, http.MethodGet, "/v1/events?"+q, "")
+		var got struct{ Events []berth.Event }
+		if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil || len(got.Events) != want {
+			t.Errorf("GET /v1/events?%s: %d %.300s; want 200 with %d events", q, code, body, want)
+		}
+	}
+}
+
+// TestEventFilterDocMatchesCode: the type and to values api/openapi.yaml lists for GET
+// /v1/events are exactly the kinds and states the server takes.
+func TestEventFilterDocMatchesCode(t *testing.T) {
+	params := loadOpenAPI(t).Paths.Value("/v1/events").Get.Parameters
+	for name, want := range map[string][]string{"type": berth.EventKinds(), "to": berth.EventTos()} {
+		var got []string
+		for _, v := range params.GetByInAndName("query", name).Schema.Value.Enum {
+			got = append(got, fmt.Sprint(v))
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("api/openapi.yaml's %s values for GET /v1/events (-code +doc):\n%s", name, diff)
+		}
 	}
 }
