@@ -34,3 +34,29 @@ func TestQuotaCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaRefusalSaysWhatWasAsked (a new user's report): a refusal said what the tenant uses
+// and its limits but not the size asked, so "0 sandboxes and 0 MiB of 1 sandboxes, 300 MiB"
+// refusing a 512 MiB sandbox read as a bug. The message names the size asked and each limit;
+// a limit of 0 reads "no limit".
+func TestQuotaRefusalSaysWhatWasAsked(t *testing.T) {
+	for _, tt := range []struct {
+		q         Quota
+		count     int
+		mem, add  int64
+		wantError string
+	}{
+		{Quota{Tenant: "acme", MaxSandboxes: 1, MaxMemoryMiB: 300}, 0, 0, 512,
+			"tenant acme asks for a 512 MiB sandbox, over its quota: it uses 0 of 1 sandboxes and 0 of 300 MiB"},
+		{Quota{Tenant: "acme", MaxSandboxes: 2}, 2, 768, 256,
+			"tenant acme asks for a 256 MiB sandbox, over its quota: it uses 2 of 2 sandboxes and 768 MiB (no limit)"},
+		{Quota{Tenant: "acme", MaxMemoryMiB: 1000}, 3, 900, 200,
+			"tenant acme asks for a 200 MiB sandbox, over its quota: it uses 3 sandboxes (no limit) and 900 of 1000 MiB"},
+	} {
+		err := tt.q.Check(tt.count, tt.mem, tt.add)
+		var r *QuotaRefusal
+		if !errors.As(err, &r) || !errors.Is(err, ErrOverQuota) || err.Error() != tt.wantError {
+			t.Errorf("%+v.Check(%d, %d, %d) = %v\nwant %q (a *QuotaRefusal wrapping ErrOverQuota)", tt.q, tt.count, tt.mem, tt.add, err, tt.wantError)
+		}
+	}
+}

@@ -162,3 +162,27 @@ func TestPLAN1_WorkedExample(t *testing.T) {
 		t.Fatalf("reconstructible work: %+v, want the ephemeral pool", a)
 	}
 }
+
+// TestSpotGuestsThatFitNeverWraps (a new user's report: `berth plan --link-gbps NaN` printed
+// "guests that leave in time -9223372036854775808 of 20"): a link so fast, or a guest so small,
+// that the number of moves inside the window overflows an int — or is +Inf or NaN — answers
+// every guest, or none for NaN, never a negative count.
+func TestSpotGuestsThatFitNeverWraps(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		link, mem  float64
+		wantFitted int
+	}{
+		{"link of 1e300 Gbps", 1e300 * 1e9 / 8 / (1 << 20), 4096, 20},
+		{"link beyond an int", 1e25, 4096, 20},
+		{"tiny guest", 100, 1e-300, 20},
+		{"infinite link", math.Inf(1), 4096, 20},
+		{"NaN link", math.NaN(), 4096, 0},
+		{"one guest and a half", 4096 * 1.5 / 30, 4096, 1},
+	} {
+		w := Workload{MemoryMiB: tc.mem, NoticeSeconds: 30, LinkMiBps: tc.link, GuestsPerHost: 20}
+		if got := Spot(w).GuestsThatFit; got != tc.wantFitted {
+			t.Errorf("%s: %d guests fit, want %d", tc.name, got, tc.wantFitted)
+		}
+	}
+}

@@ -44,7 +44,7 @@ func Spot(w Workload) SpotAnswer {
 		a.PerGuestMiBps, a.PerHostMiBps = math.Inf(1), math.Inf(1)
 	}
 	if w.MemoryMiB > 0 {
-		a.GuestsThatFit = min(int(math.Floor(w.LinkMiBps*w.NoticeSeconds/w.MemoryMiB)), max(w.GuestsPerHost, 0))
+		a.GuestsThatFit = guestsThatFit(w.LinkMiBps*w.NoticeSeconds/w.MemoryMiB, max(w.GuestsPerHost, 0))
 	}
 	redo := w.UnitSeconds / 2 // on average half a unit of work is lost per interrupted guest
 	a.ExpectedLossPerHour = w.InterruptionsPerHour * float64(max(w.GuestsPerHost, 0)) * redo
@@ -58,4 +58,17 @@ func Spot(w Workload) SpotAnswer {
 		a.Pool, a.Reason = "stateful", "irreproducible guests that cannot all leave inside the notice window: keep them off spot"
 	}
 	return a
+}
+
+// guestsThatFit is ⌊moves⌋ guests, at most guests and at least 0, compared as floats first: a
+// fast link or a tiny guest makes moves larger than an int holds (or +Inf), and converting
+// that to int gave -9223372036854775808. NaN moves none.
+func guestsThatFit(moves float64, guests int) int {
+	switch {
+	case moves >= float64(guests):
+		return guests
+	case moves >= 1:
+		return int(moves)
+	}
+	return 0
 }

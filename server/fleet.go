@@ -98,6 +98,9 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 			return err
 		}
 	}
+	if err := checkReason(b.Reason); err != nil {
+		return err
+	}
 	if draining && b.Reason == "" {
 		b.Reason = "operator"
 	}
@@ -439,6 +442,17 @@ const maxHeldIDBytes = 128
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
+// checkReason refuses reason text an operator sends (a drain's) that an event could not keep
+// whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get, or a
+// NUL character, which PostgreSQL refuses in text. The error is invalid_request.
+func checkReason(reason string) error {
+	if len(reason) > ReasonExcerptBytes || hasNUL(reason) {
+		return berth.Errorf(berth.EInvalidRequest, "reason is %d bytes; it must be at most %d, without a NUL character",
+			len(reason), ReasonExcerptBytes)
+	}
+	return nil
+}
+
 // agentIDParam is the {id} of an /v1/agents/{id}/… route, refused as invalid_request when it
 // is not an agent id at all (berth.CheckAgentID: a NUL byte or invalid UTF-8 would otherwise
 // reach the store and fail there as a 500).
@@ -482,6 +496,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p principal)
 // Errors: invalid_request naming the parameter.
 func eventFilter(q url.Values) (berth.EventFilter, error) {
 	f := berth.EventFilter{Entity: q.Get("entity")}
+	if err := checkEntity(f.Entity); err != nil {
+		return f, err
+	}
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
@@ -497,9 +514,9 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 		f.Until = t
 	}
 	if v := q.Get("type"); v != "" {
-		// The kind of entity: sandbox, agent, reservation or app (LIF-3, APP-1).
-		if v != "sandbox" && v != "agent" && v != "reservation" && v != "app" {
-			return f, berth.Errorf(berth.EInvalidRequest, "type must be sandbox, agent, reservation or app")
+		// The kind of entity (LIF-3, APP-1).
+		if !berth.ValidEventKind(v) {
+			return f, berth.Errorf(berth.EInvalidRequest, "type must be %s", berth.EventKindsText())
 		}
 		if f.Entity == "" {
 			f.Entity = v + "/"
@@ -508,8 +525,9 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 		}
 	}
 	if v := q.Get("to"); v != "" {
-		if len(v) > 64 {
-			return f, berth.Errorf(berth.EInvalidRequest, "to is longer than 64 bytes")
+		// A state no entity's events move to matches nothing: a typo, not an empty history.
+		if !berth.ValidEventTo(v) {
+			return f, berth.Errorf(berth.EInvalidRequest, "to %q is not a state any entity's events move to (e.g. running, lost, draining, waiting_capacity, expired)", excerpt(v))
 		}
 		f.To = v
 	}
@@ -521,6 +539,25 @@ func eventFilter(q url.Values) (berth.EventFilter, error) {
 		f.Limit = n
 	}
 	return f, nil
+}
+
+// maxEntityBytes bounds an events query's entity: a kind, '/', and an id (sandbox and agent
+// ids are at most 128 bytes; a volume's is its tenant and name).
+const maxEntityBytes = 256
+
+// checkEntity refuses an events query's entity that names no kind of entity, as
+// invalid_request: it must be "" (every event), "<kind>/" (every entity of that kind) or
+// "<kind>/<id>", with a kind of berth.EventKinds, at most maxEntityBytes and without a NUL.
+func checkEntity(entity string) error {
+	if entity == "" {
+		return nil
+	}
+	kind, _, ok := strings.Cut(entity, "/")
+	if !ok || !berth.ValidEventKind(kind) || len(entity) > maxEntityBytes || hasNUL(entity) {
+		return berth.Errorf(berth.EInvalidRequest, "entity %q must be <kind>/<id>, or <kind>/ for every entity of a kind, "+
+			"with kind %s (at most %d bytes)", excerpt(entity), berth.EventKindsText(), maxEntityBytes)
+	}
+	return nil
 }
 
 // mayReadEvents checks that tenant key p may read the events of entity: one of its own
@@ -584,6 +621,9 @@ type tenantBody struct {
 	Name string `json:"name"`
 }
 
+// createTenant is POST /v1/tenants {"name"} (admin): 201 with the new tenant. A name that is
+// taken is 409 conflict and the tenant is left as it is — its created_at, keys and quota —
+// as the CLI and the SDKs document ("an existing name is a conflict").
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principal) error {
 	var b tenantBody
 	if err := httpjson.Decode(w, r, maxJSONBytes, &b); err != nil {
@@ -592,12 +632,49 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principa
 	if !nameRE.MatchString(b.Name) {
 		return berth.Errorf(berth.EInvalidRequest, "tenant name must be lowercase letters, digits, '.', '_' or '-', at most 63")
 	}
-	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC()}
+	old, ok, err := s.tenant(r.Context(), b.Name)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return tenantExists(old)
+	}
+	// Stores keep milliseconds: the answer holds the time as it is stored.
+	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC().Truncate(time.Millisecond)}
 	if err := s.store.PutTenant(r.Context(), t); err != nil {
 		return berth.Fault(err, "store tenant")
 	}
-	httpjson.WriteJSON(w, http.StatusCreated, t)
+	// PutTenant leaves a tenant that exists as it is: a create that won a race since the read
+	// above shows as another created_at.
+	stored, ok, err := s.tenant(r.Context(), b.Name)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return berth.Errorf(berth.EInternal, "tenant %q is not stored after its create", b.Name)
+	case !stored.CreatedAt.Equal(t.CreatedAt):
+		return tenantExists(stored)
+	}
+	httpjson.WriteJSON(w, http.StatusCreated, stored)
 	return nil
+}
+
+// tenant reads one tenant; ok is false when there is none of that name.
+func (s *Server) tenant(ctx context.Context, name string) (t berth.Tenant, ok bool, err error) {
+	tenants, err := s.store.Tenants(ctx)
+	if err != nil {
+		return berth.Tenant{}, false, berth.Fault(err, "read tenants")
+	}
+	i := slices.IndexFunc(tenants, func(t berth.Tenant) bool { return t.Name == name })
+	if i < 0 {
+		return berth.Tenant{}, false, nil
+	}
+	return tenants[i], true, nil
+}
+
+func tenantExists(t berth.Tenant) error {
+	return berth.Errorf(berth.EConflict, "tenant %s exists (created %s); it is left as it is",
+		t.Name, t.CreatedAt.UTC().Format(time.RFC3339))
 }
 
 type keyBody struct {
@@ -720,11 +797,11 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request, p principal) e
 func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, _ principal) error {
 	name := r.PathValue("name")
 	// An unknown tenant is not_found, as a PUT of its quota is, not "no limit".
-	tenants, err := s.store.Tenants(r.Context())
+	_, ok, err := s.tenant(r.Context(), name)
 	if err != nil {
-		return berth.Fault(err, "read tenants")
+		return err
 	}
-	if !slices.ContainsFunc(tenants, func(t berth.Tenant) bool { return t.Name == name }) {
+	if !ok {
 		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
 	}
 	q, err := s.store.Quota(r.Context(), name)
@@ -761,12 +838,15 @@ func (s *Server) checkQuota(ctx context.Context, tenant string, memMiB int64) er
 	}
 	if !q.Allows(n, mem, memMiB) {
 		s.metrics.refusals.WithLabelValues(berth.ETenantOverQuota).Inc() // MET-1
-		return overQuota(tenant, q, n, mem)
+		q.Tenant = tenant
+		return overQuota(&berth.QuotaRefusal{Quota: q, Sandboxes: n, MemoryMiB: mem, AskedMiB: memMiB})
 	}
 	return nil
 }
 
-func overQuota(tenant string, q berth.Quota, n int, mem int64) error {
-	return berth.Errorf(berth.ETenantOverQuota, "tenant %s uses %d sandboxes and %d MiB of its quota (%d sandboxes, %d MiB; 0 = no limit)",
-		tenant, n, mem, q.MaxSandboxes, q.MaxMemoryMiB)
+// overQuota is the tenant_over_quota answer (ADM-11: 403, not retryable) for a refusal, from
+// the pre-check or the store's own check: its message says what was asked and what the
+// quota allows.
+func overQuota(r *berth.QuotaRefusal) error {
+	return &berth.Error{Code: berth.ETenantOverQuota, Message: r.Error(), Cause: r}
 }

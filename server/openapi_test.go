@@ -369,6 +369,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 
 	// Tenants, keys, quotas (admin).
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "beta"}, want: 201})
+	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "beta"}, want: 409, code: berth.EConflict})
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "Not A Name"}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: m{"name": "x", "extra": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/tenants", key: admin, body: []byte(`{"name":"` + strings.Repeat("x", maxJSONBytes) + `"}`), want: 413, code: berth.ETooLarge, invalid: true})
@@ -443,6 +444,9 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 	o.do(oaCall{method: "GET", path: "/v1/events?type=agent&since=2020-01-01T00:00:00Z", key: admin, want: 200})
 	o.do(oaCall{method: "GET", path: "/v1/events?entity=agent/oa-agent", key: tenant, want: 403, code: berth.EForbidden})
 	o.do(oaCall{method: "GET", path: "/v1/events?limit=0", key: admin, want: 400, code: berth.EInvalidRequest, invalid: true})
+	o.do(oaCall{method: "GET", path: "/v1/events?entity=sandbox/&to=running&type=sandbox", key: admin, want: 200})
+	o.do(oaCall{method: "GET", path: "/v1/events?entity=bogus", key: admin, want: 400, code: berth.EInvalidRequest, invalid: true})
+	o.do(oaCall{method: "GET", path: "/v1/events?to=bogus", key: admin, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "GET", path: "/v1/reservations", key: admin, want: 200})
 	o.do(oaCall{method: "GET", path: "/v1/refusals", key: admin, want: 200})
 	o.do(oaCall{method: "GET", path: "/v1/refusals?window=600", key: admin, want: 200})
@@ -475,6 +479,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 	o.do(oaCall{method: "DELETE", path: "/v1/apps/web", key: admin, want: 404, code: berth.EAppNotFound})
 
 	// Drain (admin).
+	o.do(oaCall{method: "POST", path: "/v1/agents/oa-agent/drain", key: admin, body: m{"reason": strings.Repeat("x", 513)}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/agents/oa-agent/drain", key: admin, body: m{"reason": "openapi test"}, want: 202})
 	o.do(oaCall{method: "GET", path: "/v1/agents/oa-agent/drain", key: admin, want: 200})
 	o.do(oaCall{method: "POST", path: "/v1/agents/oa-agent/undrain", key: admin, want: 200})

@@ -88,13 +88,16 @@ func (s *scheduler) createAttempt(req berth.CreateRequest, actor string) attempt
 // for a key another create holds, tenant_over_quota when a concurrent create took the last
 // of the quota since the pre-check, unavailable or internal for a store fault.
 func recordError(err error) error {
+	var refusal *berth.QuotaRefusal
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, berth.ErrIdempotencyConflict):
 		return errIdempotent
+	case errors.As(err, &refusal):
+		return overQuota(refusal)
 	case errors.Is(err, berth.ErrOverQuota):
-		return berth.Errorf(berth.ETenantOverQuota, "%v", err)
+		return berth.Errorf(berth.ETenantOverQuota, "tenant over quota")
 	}
 	return berth.Fault(err, "record sandbox")
 }

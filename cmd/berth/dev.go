@@ -39,6 +39,9 @@ type devConfig struct {
 	EvictFloorMiB     int64
 	Runtime           runtimeFlags
 	AppsDomain        string
+	// AppWakeTimeout and AppStartTimeout are --app-wake-timeout and --app-start-timeout, as on
+	// `berth server` (0: the server's default).
+	AppWakeTimeout, AppStartTimeout time.Duration
 	// Bounds is the server listener's bounds (issue 15): timeouts, connection cap, and
 	// each tenant's request rate (TenantRate per second, bursts of TenantBurst; 0 = none).
 	Bounds serverBounds
@@ -69,6 +72,8 @@ func defaultDevConfig() devConfig {
 		Runtime:           defaultRuntimeFlags(),
 		Bounds:            defaultServerBounds(),
 		Retention:         defaultRetention,
+		AppWakeTimeout:    server.DefaultConfig().AppWakeTimeout,
+		AppStartTimeout:   server.DefaultConfig().AppStartTimeout,
 	}
 }
 
@@ -113,7 +118,7 @@ func newDevCmd() *cobra.Command {
 	registerRetention(f, &cfg.Retention)
 	cfg.Runtime.register(f)
 	cfg.Bounds.register(f)
-	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
+	registerAppFlags(f, &cfg.AppsDomain, &cfg.AppWakeTimeout, &cfg.AppStartTimeout)
 	f.Int64Var(&cfg.EvictFloorMiB, "evict-floor-mb", 0, "evict stateless sandboxes when an agent's available memory stays under this, MiB (ADM-9; default 5 % of its budget)")
 	registerWarmPool(f, &cfg.WarmPool)
 	return cmd
@@ -161,6 +166,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		return nil, err
 	}
 	if err := cfg.Bounds.check(); err != nil {
+		return nil, err
+	}
+	if err := checkAppTimeouts(cfg.AppWakeTimeout, cfg.AppStartTimeout); err != nil {
 		return nil, err
 	}
 	if !admission.ValidMode(cfg.Admission) {
@@ -253,7 +261,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.HeartbeatInterval = cfg.HeartbeatInterval
 	scfg.ReservationTTL = cfg.ReservationTTL
 	scfg.DrainDeadline = cfg.DrainDeadline
-	scfg.AppsDomain = cfg.AppsDomain
+	scfg.AppsDomain, scfg.AppWakeTimeout, scfg.AppStartTimeout = cfg.AppsDomain, cfg.AppWakeTimeout, cfg.AppStartTimeout
 	scfg.Snapshots = snapshots
 	scfg.Logger = cfg.Logger
 	scfg.TenantRate, scfg.TenantBurst = cfg.Bounds.TenantRate, cfg.Bounds.TenantBurst

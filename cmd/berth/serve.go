@@ -45,6 +45,9 @@ func newServerCmd() *cobra.Command {
 			if err := bounds.check(); err != nil {
 				return err
 			}
+			if err := checkAppTimeouts(cfg.AppWakeTimeout, cfg.AppStartTimeout); err != nil {
+				return err
+			}
 			cfg.Retention = retentionConfig(retention)
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" {
@@ -119,9 +122,7 @@ func newServerCmd() *cobra.Command {
 	f.StringVar(&cfg.Strategy, "strategy", cfg.Strategy, "placement strategy: spread or pack (PLC-2)")
 	f.DurationVar(&cfg.LeaseEphemeral, "lease-ephemeral", cfg.LeaseEphemeral, "a silent ephemeral-pool agent's sandboxes are lost after this (LIF-2)")
 	f.DurationVar(&cfg.LeaseStateful, "lease-stateful", cfg.LeaseStateful, "a silent stateful-pool agent's sandboxes are lost after this (LIF-2)")
-	f.StringVar(&cfg.AppsDomain, "apps-domain", "", "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
-	f.DurationVar(&cfg.AppWakeTimeout, "app-wake-timeout", cfg.AppWakeTimeout, "how long a request to a hibernated app is held while it wakes")
-	f.DurationVar(&cfg.AppStartTimeout, "app-start-timeout", cfg.AppStartTimeout, "how long a started app has to answer on its port")
+	registerAppFlags(f, &cfg.AppsDomain, &cfg.AppWakeTimeout, &cfg.AppStartTimeout)
 	f.StringVar(&snapshotURL, "snapshot-store", "", "the agents' snapshot store (the same URL as theirs): paused sandboxes' images are removed from it when they are deleted or resumed (PAUSE-1)")
 	registerRetention(f, &retention)
 	bounds.register(f)
@@ -164,6 +165,24 @@ func (b serverBounds) check() error {
 		return berth.Errorf(berth.EInvalidRequest, "--max-conns must be -1 (no cap), 0 (the default) or positive, not %d", l.MaxConns)
 	case l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.BodyMinRate < 0:
 		return berth.Errorf(berth.EInvalidRequest, "--idle-timeout, --body-timeout and --body-min-rate must not be negative")
+	}
+	return nil
+}
+
+// registerAppFlags registers the app flags `berth server` and `berth dev` share (APP-1): the
+// apps domain, how long a request to a hibernated app is held while it wakes, and how long a
+// started app has to answer on its port. Defaults are what domain, wake and start hold.
+func registerAppFlags(f *pflag.FlagSet, domain *string, wake, start *time.Duration) {
+	f.StringVar(domain, "apps-domain", *domain, "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
+	f.DurationVar(wake, "app-wake-timeout", *wake, "how long a request to a hibernated app is held while it wakes; then 503 app_wake_timeout")
+	f.DurationVar(start, "app-start-timeout", *start, "how long a started app has to answer on its port")
+}
+
+// checkAppTimeouts refuses a negative --app-wake-timeout or --app-start-timeout
+// (invalid_request, exit 2), which would otherwise silently mean the default.
+func checkAppTimeouts(wake, start time.Duration) error {
+	if wake < 0 || start < 0 {
+		return berth.Errorf(berth.EInvalidRequest, "--app-wake-timeout and --app-start-timeout must not be negative, not %s and %s", wake, start)
 	}
 	return nil
 }

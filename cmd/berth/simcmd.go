@@ -134,6 +134,9 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 	if o.idle.RatePerSec < 0 || s.Failures.LossPerHostHour < 0 || s.Failures.LinkMiBps < 0 || o.idle.LifetimeSigma < 0 {
 		return berth.Errorf(berth.EInvalidRequest, "rates and σ must be non-negative")
 	}
+	if !(s.PressureKnee > 0 && s.PressureKnee < 1) { // the engine would quietly take 0.9 instead
+		return berth.Errorf(berth.EInvalidRequest, "--pressure-knee must lie in (0, 1): a share of host memory")
+	}
 	policies, err := sim.ParsePolicies(o.policies)
 	if err != nil {
 		return err

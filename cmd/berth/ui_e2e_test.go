@@ -275,6 +275,18 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.Click(chromedp.CSS(uiRow("sandboxes", mine.ID)+` a.link`)),
 		chromedp.WaitVisible(chromedp.CSS(`#view-events tbody tr:not([hidden])`)))
 	waitEventsOf(t, bctx, mine.ID)
+	// An entity half typed (no "<kind>/" yet, which the server refuses with 400) waits with a
+	// hint, never a refresh error; the kinds tenant and volume can be picked.
+	step(t, bctx, "type half an entity", 10*time.Second, chromedp.Evaluate[chromedp.Void](
+		`(() => { const i = document.querySelector("#view-events input[name=entity]"); i.value = "sandb"; i.dispatchEvent(new Event("input")); })()`))
+	waitPage(t, bctx, "the events view's hint for a half-typed entity", `(() => { const h = document.querySelector("#view-events p.hint"); `+
+		`return !h.hidden && h.textContent.includes("<kind>/<id>") && document.querySelectorAll("#view-events tbody tr:not([hidden])").length === 0 })()`)
+	if msg := pageEval[string](t, bctx, `document.getElementById("error").hidden ? "" : document.getElementById("error").textContent`); msg != "" {
+		t.Fatalf("a half-typed entity showed a refresh error: %s", msg)
+	}
+	if kinds := pageEval[string](t, bctx, `[...document.querySelectorAll("#view-events select[name=type] option")].map(o => o.value).join(",")`); kinds != ",sandbox,app,agent,reservation,tenant,volume" {
+		t.Errorf("the events view's kinds are %q; want every kind the server takes", kinds)
+	}
 	// The whole stream (an admin key reads every entity's): the drain clicked above is in it.
 	step(t, bctx, "clear the entity filter", 10*time.Second, chromedp.Evaluate[chromedp.Void](
 		`(() => { const i = document.querySelector("#view-events input[name=entity]"); i.value = ""; i.dispatchEvent(new Event("input")); })()`))

@@ -167,7 +167,7 @@ func DecodeBinary(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err, limit)
+		return decodeError(err, limit, v)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return berth.Errorf(berth.EInvalidRequest, "body must hold exactly one JSON object")
@@ -179,12 +179,15 @@ func DecodeBinary(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		return nil, decodeError(err, limit)
+		return nil, decodeError(err, limit, nil)
 	}
 	return b, nil
 }
 
-func decodeError(err error, limit int64) error {
+// decodeError turns a decoding error into an invalid_request or request_too_large *Error. v is
+// the value decoded into (nil for a raw body): it turns a type error's Go field path into the
+// JSON names a client sent.
+func decodeError(err error, limit int64, v any) error {
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
@@ -198,26 +201,7 @@ func decodeError(err error, limit int64) error {
 	case errors.As(err, &te) && te.Field == "":
 		return berth.Errorf(berth.EInvalidRequest, "body must be a JSON object, not %s", te.Value)
 	case errors.As(err, &te):
-		return berth.Errorf(berth.EInvalidRequest, "field %q must be %s", te.Field, jsonKind(te.Type.Kind().String()))
+		return typeError(te, v)
 	}
 	return berth.Errorf(berth.EInvalidRequest, "invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// jsonKind names a Go kind the way a JSON client thinks of it.
-func jsonKind(k string) string {
-	switch k {
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "float32", "float64":
-		return "a number"
-	case "string":
-		return "a string"
-	case "bool":
-		return "true or false"
-	case "slice", "array":
-		return "an array"
-	case "map", "struct":
-		return "an object"
-	}
-	return "of another type"
 }

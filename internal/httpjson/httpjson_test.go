@@ -172,3 +172,58 @@ func TestWriteJSONUnencodable(t *testing.T) {
 		t.Fatalf("WriteJSON: %d %q %q", w.Code, w.Body.String(), w.Header().Get("Content-Type"))
 	}
 }
+
+// TestDecodeTypeErrorsNameJSONFields (a new user found both): a field is named by the JSON
+// path a client sends, never through a Go type (a spec embedded in a request said
+// "AppSpec.port"), and a number too big or too small for its field is out of range, with the
+// range, not "must be an integer". A number of the wrong form still says what the field takes.
+func TestDecodeTypeErrorsNameJSONFields(t *testing.T) {
+	type Spec struct {
+		Command []string          `json:"command"`
+		Port    int               `json:"port"`
+		Files   map[string]string `json:"files"`
+	}
+	type Named struct{ X int }
+	type body struct {
+		Name string `json:"name"`
+		Spec
+		*Named
+		Inner    Spec    `json:"spec"`
+		List     []*Spec `json:"list"`
+		MemoryMB int64   `json:"memory_mb"`
+		Idle     *int64  `json:"idle_seconds"`
+		Small    uint8   `json:"small"`
+		Ratio    float64 `json:"ratio"`
+		Ratio32  float32 `json:"ratio32"`
+	}
+	for in, want := range map[string]string{
+		`{"port":"x"}`:                                  `field "port" must be an integer`,
+		`{"command":"x"}`:                               `field "command" must be an array`,
+		`{"command":[1]}`:                               `field "command" must be an array; each item must be a string`,
+		`{"files":{"a":1}}`:                             `field "files" must be an object; each value must be a string`,
+		`{"X":"x"}`:                                     `field "X" must be an integer`,
+		`{"spec":{"port":"x"}}`:                         `field "spec.port" must be an integer`,
+		`{"list":[{"port":true}]}`:                      `field "list.port" must be an integer`,
+		`{"list":[1]}`:                                  `field "list" must be an array; each item must be an object`,
+		`{"memory_mb":99999999999999999999999}`:         `field "memory_mb": 99999999999999999999999 is out of range (-9223372036854775808 to 9223372036854775807)`,
+		`{"memory_mb":9223372036854775808}`:             `field "memory_mb": 9223372036854775808 is out of range (-9223372036854775808 to 9223372036854775807)`,
+		`{"memory_mb":-9223372036854775809}`:            `field "memory_mb": -9223372036854775809 is out of range (-9223372036854775808 to 9223372036854775807)`,
+		`{"memory_mb":` + strings.Repeat("9", 40) + `}`: `field "memory_mb": 999999999999999999999999… (40 digits) is out of range (-9223372036854775808 to 9223372036854775807)`,
+		`{"idle_seconds":1e99}`:                         `field "idle_seconds" must be an integer`,
+		`{"idle_seconds":18446744073709551616}`:         `field "idle_seconds": 18446744073709551616 is out of range (-9223372036854775808 to 9223372036854775807)`,
+		`{"spec":{"port":9223372036854775808}}`:         `field "spec.port": 9223372036854775808 is out of range (-9223372036854775808 to 9223372036854775807)`,
+		`{"small":256}`:                                 `field "small": 256 is out of range (0 to 255)`,
+		`{"small":-1}`:                                  `field "small": -1 is out of range (0 to 255)`,
+		`{"small":1.5}`:                                 `field "small" must be an integer`,
+		`{"memory_mb":1.5}`:                             `field "memory_mb" must be an integer`,
+		`{"ratio":1e400}`:                               `field "ratio": 1e400 is out of range (-1.7976931348623157e+308 to 1.7976931348623157e+308)`,
+		`{"ratio32":1e39}`:                              `field "ratio32": 1e39 is out of range (-3.4028234663852886e+38 to 3.4028234663852886e+38)`,
+		`{"name":1}`:                                    `field "name" must be a string`,
+	} {
+		var v body
+		err := Decode(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", strings.NewReader(in)), 1024, &v)
+		if got := berth.ErrorMessage(err); berth.ErrorCode(err) != berth.EInvalidRequest || got != want {
+			t.Errorf("Decode(%s) = %v\n got message %q\nwant message %q", in, err, got, want)
+		}
+	}
+}

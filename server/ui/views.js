@@ -353,6 +353,9 @@ export class RefusalsView {
   }
 }
 
+const TENANT_EVENTS_HINT = "A tenant key reads the events of one of its own sandboxes or apps: type sandbox/<id> or app/<name>, or follow an Events link in the Sandboxes or Apps view.";
+const KIND_EVENTS_HINT = "An entity is <kind>/<id> — sandbox, agent, reservation, app, tenant or volume — or <kind>/ for every one of a kind.";
+
 // EventsView: GET /v1/events, newest first, filtered by entity (exact, or a prefix ending in
 // "/") and kind. A tenant key reads one of its own sandboxes or apps at a time.
 export class EventsView {
@@ -364,11 +367,11 @@ export class EventsView {
     const tb = toolbar(this.root);
     this.entity = input("entity", "sandbox/<id>, app/<name>, agent/<id>, or a prefix: sandbox/", () => this.changed());
     this.entity.classList.add("wide");
-    this.kind = select("type", [["", "All kinds"], ["sandbox", "sandbox"], ["app", "app"], ["agent", "agent"], ["reservation", "reservation"]], () => this.changed());
+    this.kind = select("type", [["", "All kinds"], ["sandbox", "sandbox"], ["app", "app"], ["agent", "agent"], ["reservation", "reservation"], ["tenant", "tenant"], ["volume", "volume"]], () => this.changed());
     tb.append(labelled("Entity", this.entity), labelled("Kind", this.kind));
     this.hint = el("p", "hint");
     this.hint.hidden = true;
-    this.hint.textContent = "A tenant key reads the events of one of its own sandboxes or apps: type sandbox/<id> or app/<name>, or follow an Events link in the Sandboxes or Apps view.";
+    this.hint.textContent = TENANT_EVENTS_HINT;
     this.root.appendChild(this.hint);
     this.table = new PagedTable(this.root, {
       label: "Events",
@@ -397,10 +400,13 @@ export class EventsView {
     const entity = this.entity.value.trim();
     const kind = this.kind.value;
     const tenantNeedsEntity = !this.ctx.isAdmin() && !/^(sandbox|app)\/./.test(entity);
-    this.hint.hidden = !tenantNeedsEntity;
-    if (tenantNeedsEntity) {
+    // The server refuses an entity of no kind (400); one half typed waits for its "<kind>/".
+    const incomplete = entity !== "" && !/^(sandbox|agent|reservation|app|tenant|volume)\//.test(entity);
+    this.hint.hidden = !tenantNeedsEntity && !incomplete;
+    this.hint.textContent = tenantNeedsEntity ? TENANT_EVENTS_HINT : KIND_EVENTS_HINT;
+    if (tenantNeedsEntity || incomplete) {
       this.table.setRows([]);
-      this.table.setEmptyText("Pick a sandbox or an app.");
+      this.table.setEmptyText(tenantNeedsEntity ? "Pick a sandbox or an app." : "Type <kind>/<id>, or <kind>/ for every one of a kind.");
       return;
     }
     this.table.setEmptyText("No event matches.");

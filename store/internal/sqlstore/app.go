@@ -101,7 +101,7 @@ func (s *Store) DeleteApp(ctx context.Context, name string, revision int64, acto
 		if n, _ := res.RowsAffected(); n != 1 {
 			return fmt.Errorf("app %s: %w", name, berth.ErrStaleRevision)
 		}
-		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + name, From: old, To: "deleted", Reason: "deleted by its owner", Actor: actor})
+		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "app/" + name, From: old, To: berth.EventAppDeleted, Reason: "deleted by its owner", Actor: actor})
 	})
 }
 

@@ -494,7 +494,7 @@ func (s *Store) net(ctx context.Context, tx *Tx, done map[string]string, actor s
 func (s *Store) oomEvents(ctx context.Context, tx *Tx, before, now []berth.HeldSandbox, actor string, at time.Time) error {
 	for id, n := range berth.NewOOMKills(before, now) {
 		if err := s.insertEvent(ctx, tx, berth.Event{At: at, Entity: "sandbox/" + id, From: string(berth.SandboxRunning),
-			To: "oom_kill", Reason: fmt.Sprintf("the kernel OOM killer killed %d process(es) in it", n), Actor: actor}); err != nil {
+			To: berth.EventOOMKill, Reason: fmt.Sprintf("the kernel OOM killer killed %d process(es) in it", n), Actor: actor}); err != nil {
 			return err
 		}
 	}

@@ -17,10 +17,10 @@ import (
 // "released" (by its owner or a terminal sandbox), "netted" (a heartbeat accounts for the
 // sandbox, LED-4) or "expired" (swept after its TTL, LED-2).
 const (
-	resHeld     = "held"
-	resReleased = "released"
-	resNetted   = "netted"
-	resExpired  = "expired"
+	resHeld     = berth.ReservationHeld
+	resReleased = berth.ReservationReleased
+	resNetted   = berth.ReservationNetted
+	resExpired  = berth.ReservationExpired
 )
 
 // SweeperActor is the actor of the events SweepReservations writes.

@@ -114,7 +114,7 @@ func (s *Store) SetQuota(ctx context.Context, q berth.Quota, actor string, now t
 			q.Tenant, q.MaxSandboxes, q.MaxMemoryMiB); err != nil {
 			return s.errorf("quota of %q: %w", q.Tenant, err)
 		}
-		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "tenant/" + q.Tenant, To: "quota",
+		return s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "tenant/" + q.Tenant, To: berth.EventQuotaSet,
 			Reason: fmt.Sprintf("max_sandboxes=%d max_memory_mb=%d", q.MaxSandboxes, q.MaxMemoryMiB), Actor: actor})
 	})
 }

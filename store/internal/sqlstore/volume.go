@@ -27,7 +27,7 @@ func (s *Store) PinVolume(ctx context.Context, v berth.Volume, actor string, now
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			if err := s.insertEvent(ctx, tx, berth.Event{At: now, Entity: "volume/" + v.Tenant + "/" + v.Name,
-				To: "pinned", Reason: "on agent/" + v.AgentID, Actor: actor}); err != nil {
+				To: berth.EventPinned, Reason: "on agent/" + v.AgentID, Actor: actor}); err != nil {
 				return err
 			}
 		}

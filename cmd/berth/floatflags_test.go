@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// TestFloatFlagsRefuseNonFinite (a new user's report: `berth plan --link-gbps NaN` exited 0
+// and printed "guests that leave in time -9223372036854775808 of 20"): every float flag of
+// every command — berth plan's, berth sim's, berth bench's, the server's — refuses NaN and
+// ±Inf with exit 2 naming the flag, before the command runs, as `--link-gbps -1` is refused.
+func TestFloatFlagsRefuseNonFinite(t *testing.T) {
+	// A build that takes the value runs the command: keep what it could reach on this test's
+	// own ground (a data directory, port 0, a server URL nothing listens on) and end it soon.
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("BERTH_URL", "http://127.0.0.1:1")
+	type flagOf struct {
+		cmd  []string
+		flag string
+	}
+	var floats []flagOf
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if typ := f.Value.Type(); typ == "float64" || typ == "float32" {
+				cmd := path
+				if c.Flags().Lookup("listen") != nil {
+					cmd = append(slices.Clone(path), "--listen", "127.0.0.1:0")
+				}
+				if c.Flags().Lookup("data") != nil {
+					cmd = append(slices.Clone(cmd), "--data", t.TempDir())
+				}
+				floats = append(floats, flagOf{cmd, f.Name})
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub, append(append([]string(nil), path...), sub.Name()))
+		}
+	}
+	walk(newRootCmd(&clientFlags{}), nil)
+	seen := map[string]bool{}
+	for _, f := range floats {
+		seen[f.cmd[0]+" --"+f.flag] = true
+	}
+	for _, must := range []string{"plan --link-gbps", "plan --memory-mb", "plan --interruption-rate", "sim --rate", "sim --pressure-knee", "sim --link-mbps"} {
+		if !seen[must] {
+			t.Fatalf("the walk found no float flag %q; found %v", must, seen)
+		}
+	}
+	for _, f := range floats {
+		for _, v := range []string{"NaN", "nan", "Inf", "+Inf", "-Inf", "infinity"} {
+			args := append(append([]string(nil), f.cmd...), "--"+f.flag, v)
+			var out, errOut bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := Main(ctx, args, strings.NewReader(""), &out, &errOut)
+			cancel()
+			msg := "no error"
+			if err != nil {
+				msg = errorMessage(err)
+			}
+			if exitCode(err) != exitInvalid || !strings.Contains(msg, "--"+f.flag+` "`+v+`": want a finite number`) || out.Len() != 0 {
+				t.Errorf("berth %s: exit %d, %q, stdout %q; want exit 2 saying --%s wants a finite number, nothing printed",
+					strings.Join(args, " "), exitCode(err), msg, out.String(), f.flag)
+			}
+		}
+	}
+	// Finite values still parse, and a knee outside (0, 1) is refused, not quietly replaced.
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"plan", "--link-gbps", "2.5"}, 0},
+		{[]string{"plan", "--link-gbps", "1e300"}, 0},
+		{[]string{"sim", "--pressure-knee", "5"}, exitInvalid},
+		{[]string{"sim", "--pressure-knee", "0"}, exitInvalid},
+	} {
+		var out, errOut bytes.Buffer
+		err := Main(context.Background(), tc.args, strings.NewReader(""), &out, &errOut)
+		if exitCode(err) != tc.code || tc.code == 0 && strings.Contains(out.String(), "-9223372036854775808") {
+			t.Errorf("berth %v: exit %d (%v), want %d; stdout %q", tc.args, exitCode(err), err, tc.code, out.String())
+		}
+	}
+}
