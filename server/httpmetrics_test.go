@@ -129,3 +129,38 @@ func TestPprof_AdminOnly(t *testing.T) {
 		t.Fatalf("GET the goroutine profile as admin: %d %.200q", code, body)
 	}
 }
+
+// TestPprof_BoundedAndOneAtATime (found by an attack): trace?seconds=1e9 streamed until the
+// request's write deadline, and a second CPU profile was pprof's plain-text 500. A duration
+// outside (0, 120] s is 400, and while one profile runs another is 409 conflict.
+func TestPprof_BoundedAndOneAtATime(t *testing.T) {
+	h := newHarness(t, time.Millisecond)
+	for _, path := range []string{"/debug/pprof/trace?seconds=1e9", "/debug/pprof/profile?seconds=121", "/debug/pprof/profile?seconds=abc",
+		"/debug/pprof/trace?seconds=-1", "/debug/pprof/profile?seconds=0.5"} {
+		if code, body := h.get(t, path, h.key); code != http.StatusBadRequest || !strings.Contains(body, berth.EInvalidRequest) {
+			t.Errorf("GET %s: %d %.200q, want 400 invalid_request", path, code, body)
+		}
+	}
+	// Two profiles that overlap: whichever comes second is 409. A 2 s one runs beside
+	// 1 s ones sent one after another until one of the two sides meets a conflict.
+	first := make(chan int, 1)
+	go func() {
+		code, _ := h.get(t, "/debug/pprof/profile?seconds=2", h.key)
+		first <- code
+	}()
+	codes := map[int]int{}
+	for range 5 { // each try takes 1 s while it holds the profiler, or none while the other does
+		code, body := h.get(t, "/debug/pprof/profile?seconds=1", h.key)
+		codes[code]++
+		if code == http.StatusConflict && !strings.Contains(body, berth.EConflict) {
+			t.Fatalf("a second profile: %d %.200q, want the conflict code", code, body)
+		}
+		if code == http.StatusConflict {
+			break
+		}
+	}
+	codes[<-first]++
+	if codes[http.StatusConflict] == 0 || codes[http.StatusOK] == 0 || len(codes) != 2 {
+		t.Fatalf("overlapping profiles answered %v; want 200s and at least one 409 conflict, nothing else", codes)
+	}
+}
