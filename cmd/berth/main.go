@@ -54,7 +54,7 @@ func run(ctx context.Context, cf *clientFlags, args []string, stdin io.Reader, s
 // *usageError (exit 2).
 func execute(ctx context.Context, cf *clientFlags, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	root := newRootCmd(cf)
-	finiteFloats(root)
+	guardFlagValues(root)
 	ran := guardUsage(root)
 	root.SetArgs(args)
 	root.SetIn(stdin)

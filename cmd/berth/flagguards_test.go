@@ -88,3 +88,53 @@ func TestFloatFlagsRefuseNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestDurationFlagsRefuseNegative (a reviewer's report: `berth server --stale-after -1s
+// --lease-ephemeral -5s` started, each setting silently its default): every duration flag
+// of every command refuses a negative value with exit 2 naming the flag, before the command
+// runs — but for a flag whose usage gives a negative value a meaning (sim's --cordon-delay).
+func TestDurationFlagsRefuseNegative(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("BERTH_URL", "http://127.0.0.1:1")
+	seen := map[string]bool{}
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Value.Type() != "duration" {
+				return
+			}
+			seen[path[0]+" --"+f.Name] = true
+			args := append(slices.Clone(path), "--"+f.Name, "-1s")
+			var out, errOut bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if strings.Contains(f.Usage, "negative") {
+				if err := f.Value.Set("-1s"); err != nil {
+					t.Errorf("berth %s --%s -1s: %v; its usage gives a negative value a meaning", strings.Join(path, " "), f.Name, err)
+				}
+				return
+			}
+			err := Main(ctx, args, strings.NewReader(""), &out, &errOut)
+			msg := "no error"
+			if err != nil {
+				msg = errorMessage(err)
+			}
+			if exitCode(err) != exitInvalid || !strings.Contains(msg, "--"+f.Name+` "-1s": want a duration of 0 or more`) || out.Len() != 0 {
+				t.Errorf("berth %s: exit %d, %q; want exit 2 saying --%s wants a duration of 0 or more", strings.Join(args, " "), exitCode(err), msg, f.Name)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub, append(slices.Clone(path), sub.Name()))
+		}
+	}
+	root := newRootCmd(&clientFlags{})
+	guardFlagValues(root) // as execute does: the walk's own Set above meets the guarded values
+	for _, sub := range root.Commands() {
+		walk(sub, []string{sub.Name()})
+	}
+	for _, must := range []string{"server --stale-after", "server --lease-ephemeral", "server --reservation-ttl", "agent --soft-cordon", "dev --stale-after"} {
+		if !seen[must] {
+			t.Errorf("the walk found no duration flag %q", must)
+		}
+	}
+}
