@@ -103,15 +103,7 @@ func TestTRUST_AnnouncedAddressLearnsNoNodeToken(t *testing.T) {
 // the tenant gets 503 unavailable, never a 401 an SDK would read as its own key being wrong.
 func TestTRUST_AgentRefusingTheReplicaIsNotTheCallers401(t *testing.T) {
 	h := newHarness(t, 0)
-	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes" {
-			w.WriteHeader(http.StatusCreated)
-			return
-		}
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = io.WriteString(w, `{"error":{"code":"unauthorized","message":"missing or wrong agent-call token"}}`)
-	}))
-	t.Cleanup(refusing.Close)
+	refusing := answeringAgent(t, http.StatusUnauthorized, `{"error":{"code":"unauthorized","message":"missing or wrong agent-call token"}}`)
 	h.heartbeat(t, "a1", refusing.URL, 1<<20)
 	code, sb, e := h.create(t)
 	if code != http.StatusCreated {
@@ -176,35 +168,34 @@ func TestStopRoundsAreBounded(t *testing.T) {
 // refuses the replica (401) is still a 503.
 func TestFiles_SandboxPermissionIsTheCallers403(t *testing.T) {
 	h := newHarness(t, 0)
-	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes" {
-			w.WriteHeader(http.StatusCreated)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusForbidden)
-		_, _ = io.WriteString(w, `{"error":{"code":"forbidden","message":"/etc/passwd: permission denied"}}`)
-	}))
-	t.Cleanup(agent.Close)
+	agent := answeringAgent(t, http.StatusForbidden, `{"error":{"code":"forbidden","message":"/etc/passwd: permission denied"}}`)
 	h.heartbeat(t, "a1", agent.URL, 1<<20)
 	code, sb, e := h.create(t)
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %+v", code, e)
 	}
 	for _, method := range []string{http.MethodPut, http.MethodGet} {
-		req, _ := http.NewRequest(method, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/files?path=/etc/passwd", strings.NewReader("x"))
-		req.Header.Set("Authorization", "Bearer "+h.key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "permission denied") ||
-			strings.Contains(string(body), `"retryable":true`) || resp.Header.Get("Retry-After") != "" {
-			t.Errorf("%s files on a path the sandbox refuses: %d %s; want 403 forbidden with the sandbox's message, not retryable", method, resp.StatusCode, body)
+		code, body := call(t, h.srv.URL, method, "/v1/sandboxes/"+sb.ID+"/files?path=/etc/passwd", h.key, strings.NewReader("x"))
+		if code != http.StatusForbidden || !strings.Contains(body, "permission denied") || strings.Contains(body, `"retryable":true`) {
+			t.Errorf("%s files on a path the sandbox refuses: %d %s; want 403 forbidden with the sandbox's message, not retryable", method, code, body)
 		}
 	}
+}
+
+// answeringAgent is a fake agent that takes every create and answers every other call with
+// status and the API-2 error body given.
+func answeringAgent(t *testing.T, status int, body string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes" {
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // TestFiles_CutUploadIsTheCallers400 (found by an attack): an upload the client cuts short

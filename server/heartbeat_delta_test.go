@@ -62,17 +62,26 @@ func TestHeartbeat_DeltaOverHTTP(t *testing.T) {
 	}
 }
 
-// countingAgents counts reads of the whole agent table and holds each one until release is
-// closed, so concurrent refreshes meet inside it.
-type countingAgents struct {
-	berth.Store
+// readGate counts the store reads a test wraps and holds each one until release is closed,
+// so concurrent callers meet inside it.
+type readGate struct {
 	reads   atomic.Int64
 	release chan struct{}
 }
 
+func (g *readGate) pass() {
+	g.reads.Add(1)
+	<-g.release
+}
+
+// countingAgents gates reads of the whole agent table (readGate).
+type countingAgents struct {
+	berth.Store
+	readGate
+}
+
 func (c *countingAgents) AgentsChangedSince(ctx context.Context, cursor string) (berth.AgentChanges, error) {
-	c.reads.Add(1)
-	<-c.release
+	c.pass()
 	return c.Store.AgentsChangedSince(ctx, cursor)
 }
 
@@ -85,7 +94,7 @@ func TestRefreshIfStale_SingleFlight(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	synctest.Test(t, func(t *testing.T) {
-		counted := &countingAgents{Store: st, release: make(chan struct{})}
+		counted := &countingAgents{Store: st, readGate: readGate{release: make(chan struct{})}}
 		cfg := DefaultConfig()
 		cfg.Clock = time.Now
 		s := newScheduler(counted, cfg, nil, nil)

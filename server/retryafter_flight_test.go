@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,17 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// countingEstimate counts the Retry-After estimate's reads of the store (one Reservations
-// read each) and holds each until release is closed, so concurrent refusals meet inside it.
+// countingEstimate gates the Retry-After estimate's reads of the store (one Reservations read
+// each; readGate).
 type countingEstimate struct {
 	berth.Store
-	reads   atomic.Int64
-	release chan struct{}
+	readGate
 }
 
 func (c *countingEstimate) Reservations(ctx context.Context) ([]berth.Reservation, error) {
-	c.reads.Add(1)
-	<-c.release
+	c.pass()
 	return c.Store.Reservations(ctx)
 }
 
@@ -37,7 +34,7 @@ func TestRetryAfter_SingleFlight(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	synctest.Test(t, func(t *testing.T) {
-		counted := &countingEstimate{Store: st, release: make(chan struct{})}
+		counted := &countingEstimate{Store: st, readGate: readGate{release: make(chan struct{})}}
 		cfg := DefaultConfig()
 		cfg.Clock = time.Now
 		s := newScheduler(counted, cfg, nil, nil)

@@ -25,20 +25,9 @@ import (
 // the claim outgrew its index). Exec's stdin, never stored, may still carry a NUL.
 func TestTextTheStoreCannotKeepIs400(t *testing.T) {
 	rs := newReplicaSet(t, 1, nil)
-	send := func(method, path, body string, hdr ...string) (int, string) {
+	send := func(method, path, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, rs.https[0].URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+rs.key)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return call(t, rs.https[0].URL, method, path, rs.key, strings.NewReader(body))
 	}
 	for _, seg := range []string{"%00", "a%00b", "%ff", "%c3%28"} {
 		for _, c := range []struct{ method, path, body string }{
@@ -66,9 +55,16 @@ func TestTextTheStoreCannotKeepIs400(t *testing.T) {
 		}
 	}
 	long := randomHex(2000) // incompressible: PostgreSQL compresses what an index keeps
-	if code, got := send(http.MethodPost, "/v1/apps/"+long+"/deploy", `{"template":"python","command":["x"],"port":8080}`,
-		berth.HeaderIdempotencyKey, "k1"); code != http.StatusNotFound || !strings.Contains(got, berth.EAppNotFound) {
-		t.Errorf("a keyed deploy of a 4,000-byte app name: %d %s; want 404 app_not_found", code, got)
+	req, _ := http.NewRequest(http.MethodPost, rs.https[0].URL+"/v1/apps/"+long+"/deploy",
+		strings.NewReader(`{"template":"python","command":["x"],"port":8080}`))
+	req.Header.Set("Authorization", "Bearer "+rs.key)
+	req.Header.Set(berth.HeaderIdempotencyKey, "k1")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(got), berth.EAppNotFound) {
+		t.Errorf("a keyed deploy of a 4,000-byte app name: %d %s; want 404 app_not_found", resp.StatusCode, got)
 	}
 	for _, body := range []string{
 		`{"template":"\u0000"}`,
