@@ -54,11 +54,22 @@ type AppSpec struct {
 	Port      int               `json:"port"`
 }
 
-// Limits of an app spec.
+// Limits of an app spec. The command and environment limits are the kernel's: it refuses to
+// start a program (E2BIG, so the app would only ever exit 126) when one argument or one
+// NAME=value is over 128 KiB with its terminating NUL (Linux's MAX_ARG_STRLEN, measured on
+// the process runtime: 131,071 bytes start, 131,072 do not), or when the arguments and the
+// environment together are over a quarter of the stack limit (2 MiB with the usual 8 MiB);
+// MaxAppExecBytes keeps half of that for the sandbox's own environment. A file path's every
+// element is at most 255 bytes (NAME_MAX) and the whole path MaxAppPathBytes, well inside
+// PATH_MAX once the sandbox's working directory is in front of it.
 const (
 	MaxAppFiles     = 64
 	MaxAppFileBytes = 1 << 20
 	MaxAppSpecBytes = 4 << 20
+	MaxAppArgBytes  = 128<<10 - 1
+	MaxAppExecBytes = 1 << 20
+	MaxAppPathBytes = 1024
+	maxNameBytes    = 255
 )
 
 var appNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -68,6 +79,11 @@ var appNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 func ValidAppName(name string) bool { return appNameRE.MatchString(name) }
 
 // Validate checks a spec's shape; the errors are invalid_request *Errors naming the field.
+// Everything a sandbox's agent or kernel would refuse when the app starts is refused here,
+// so an app is never accepted only to fail at every start: a memory_mb below MinSandboxMiB,
+// a NUL in the command or the environment (no C string holds one), a command or environment
+// over the kernel's limits (MaxAppArgBytes, MaxAppExecBytes), an env name that is empty or
+// holds '=', and a file path that is not clean and relative or is too long (MaxAppPathBytes).
 func (s AppSpec) Validate() error {
 	switch {
 	case s.Template == "":
@@ -78,24 +94,79 @@ func (s AppSpec) Validate() error {
 		return Errorf(EInvalidRequest, "port %d is not in 1..65535", s.Port)
 	case s.MemoryMiB < 0:
 		return Errorf(EInvalidRequest, "memory_mb %d is negative", s.MemoryMiB)
+	case s.MemoryMiB > 0 && s.MemoryMiB < MinSandboxMiB:
+		return Errorf(EInvalidRequest, "memory_mb %d is below the minimum of %d MiB (the least every runtime can start)", s.MemoryMiB, MinSandboxMiB)
 	case len(s.Files) > MaxAppFiles:
 		return Errorf(EInvalidRequest, "%d files; at most %d", len(s.Files), MaxAppFiles)
 	}
+	if err := s.validExec(); err != nil {
+		return err
+	}
 	for p, data := range s.Files {
-		clean := path.Clean(p)
-		if p == "" || path.IsAbs(p) || clean != p || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(p, 0) {
-			return Errorf(EInvalidRequest, "file path %q must be clean, relative and inside the sandbox's working directory (e.g. \"static/index.html\")", p)
+		if !validAppPath(p) {
+			return Errorf(EInvalidRequest, "file path %q must be clean, relative and inside the sandbox's working directory "+
+				"(e.g. \"static/index.html\"), without NUL, each element at most %d bytes and the whole at most %d",
+				cut(p), maxNameBytes, MaxAppPathBytes)
 		}
 		if len(data) > MaxAppFileBytes {
 			return Errorf(EInvalidRequest, "file %q is %d bytes; at most %d", p, len(data), MaxAppFileBytes)
 		}
 	}
-	for k := range s.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return Errorf(EInvalidRequest, "env name %q is not valid", k)
+	return nil
+}
+
+// validExec checks what the kernel gets when the app's command starts: its arguments and its
+// environment (see the limits above).
+func (s AppSpec) validExec() error {
+	total := 0
+	for i, arg := range s.Command {
+		switch {
+		case strings.IndexByte(arg, 0) >= 0:
+			return Errorf(EInvalidRequest, "command[%d] must not contain a NUL character", i)
+		case len(arg) > MaxAppArgBytes:
+			return Errorf(EInvalidRequest, "command[%d] is %d bytes; at most %d", i, len(arg), MaxAppArgBytes)
 		}
+		total += len(arg) + 1
+	}
+	for k, v := range s.Env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return Errorf(EInvalidRequest, "env name %q is not valid: it must be non-empty, without '=' or NUL", cut(k))
+		case strings.IndexByte(v, 0) >= 0:
+			return Errorf(EInvalidRequest, "env %q must not contain a NUL character", cut(k))
+		case len(k)+1+len(v) > MaxAppArgBytes:
+			return Errorf(EInvalidRequest, "env %q is %d bytes as NAME=value; at most %d", cut(k), len(k)+1+len(v), MaxAppArgBytes)
+		}
+		total += len(k) + len(v) + 2
+	}
+	if total > MaxAppExecBytes {
+		return Errorf(EInvalidRequest, "command and env are %d bytes together; at most %d", total, MaxAppExecBytes)
 	}
 	return nil
+}
+
+// validAppPath reports whether p can name an app's file: clean, relative, inside the working
+// directory, without NUL, each element at most NAME_MAX bytes and the whole MaxAppPathBytes.
+func validAppPath(p string) bool {
+	clean := path.Clean(p)
+	if p == "" || path.IsAbs(p) || clean != p || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") ||
+		strings.IndexByte(p, 0) >= 0 || len(p) > MaxAppPathBytes {
+		return false
+	}
+	for elem := range strings.SplitSeq(p, "/") {
+		if len(elem) > maxNameBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// cut shortens s for an error message: its first 64 bytes and "…" when longer.
+func cut(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return s[:64] + "…"
 }
 
 // App is the record of one app (APP-1) as the store and the API see it. Names are unique

@@ -1,6 +1,9 @@
 package berth
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // SandboxState is the lifecycle state of a sandbox (SPEC LIF-1).
 type SandboxState string
@@ -104,6 +107,26 @@ type Template struct {
 	Name      string `json:"name"`
 	MemoryMiB int64  `json:"memory_mb"`
 	VCPUs     int    `json:"vcpus"`
+}
+
+// MinSandboxMiB is the least memory, in MiB, a sandbox may have: the floor of memory_mb for a
+// create, an app's spec and a template. It is twice the smallest size at which every runtime
+// Berth ships starts a guest that runs python: gVisor (runsc 20221219, ptrace) never boots
+// at 8 MiB, boots and is killed at once at 16, runs sh but not python at 24, and runs both at
+// 32 with about 20 MiB resident (the sentry and the gofer, charged to the sandbox's cgroup);
+// the isolated process runtime never starts at 1–2 MiB, runs sh at 4 and python at 8. A start
+// below what the runtime needs fails on every host, and each such failure would count toward
+// that host's quarantine (PLC-9): a tenant's own bad request could take the whole fleet out of
+// placement. So the API refuses a smaller size (400 invalid_request), an agent refuses to
+// start one (invalid_request, which no host's quarantine counts), and a template or an app
+// spec stored before the floor existed is raised to it when used (SandboxMiB).
+const MinSandboxMiB = 64
+
+// SandboxMiB is the memory size in MiB of a sandbox that asks for asked MiB (0: the
+// template's, templateMiB): never below MinSandboxMiB, so a template or an app spec stored
+// below the floor still starts.
+func SandboxMiB(asked, templateMiB int64) int64 {
+	return max(cmp.Or(asked, templateMiB), MinSandboxMiB)
 }
 
 // CreateRequest is the body of POST /v1/sandboxes (SPEC §13). MemoryMiB and VCPUs, when set,

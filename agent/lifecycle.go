@@ -21,10 +21,20 @@ import (
 // needs the pool's room stops warm guests first (issue 16, goal 5). A create for an id the
 // agent already holds returns the held guest (the scheduler may retry). Errors are
 // *berth.Error: host_starts_saturated, no_capacity (lost race), invalid_request (also an id
-// with the pool's prefix "berth-warm-"), unavailable (runtime failure, with the cause).
+// with the pool's prefix "berth-warm-", a start below berth.MinSandboxMiB, and what the
+// runtime refuses as invalid_request: the request itself is bad, on any host), unsupported
+// (this host cannot: no volume directory, a template root it lacks), unavailable (runtime
+// failure, with the cause). Only unavailable and internal count toward the host's
+// quarantine (PLC-9): a tenant's bad request must never take a host out of placement.
 func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	if c.ID == "" || c.MemoryMiB <= 0 {
 		return berth.Errorf(berth.EInvalidRequest, "id and a positive memory_mb are required")
+	}
+	if c.RestoreImage == "" && c.MemoryMiB < berth.MinSandboxMiB {
+		// No runtime starts a guest this small: refused before a start slot is taken, as the
+		// request's fault. (A restore keeps the size it was checkpointed with.)
+		return berth.Errorf(berth.EInvalidRequest, "memory_mb %d is below the minimum of %d MiB every runtime can start",
+			c.MemoryMiB, berth.MinSandboxMiB)
 	}
 	if c.TTLMS < 0 {
 		return berth.Errorf(berth.EInvalidRequest, "ttl_ms must not be negative")
@@ -120,6 +130,11 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = a.rt.Stop(stop, c.ID)
+		if code := berth.ErrorCode(err); code == berth.EInvalidRequest || code == berth.EUnsupported {
+			// The runtime refused the request (invalid_request: any host would) or cannot
+			// run it here (unsupported): a refusal, not this host failing (PLC-9).
+			return fmt.Errorf("agent %s: start %s: %w", a.cfg.ID, c.ID, err)
+		}
 		return fmt.Errorf("agent %s: start %s: %w", a.cfg.ID, c.ID,
 			&berth.Error{Code: berth.EUnavailable, Message: "sandbox start failed: " + err.Error()})
 	}
@@ -397,7 +412,8 @@ func (a *Agent) volumeDir(volume string) (string, error) {
 		return "", nil
 	}
 	if a.cfg.VolumeDir == "" {
-		return "", berth.Errorf(berth.EInvalidRequest, "agent %s keeps no volumes (no volume directory)", a.cfg.ID)
+		// This host's lack, not the request's fault: another host may keep volumes.
+		return "", berth.Errorf(berth.EUnsupported, "agent %s keeps no volumes (no volume directory)", a.cfg.ID)
 	}
 	tenant, name, ok := strings.Cut(volume, "/")
 	if !ok || !validVolumePart(tenant) || !validVolumePart(name) {

@@ -70,8 +70,9 @@ func validWarmPool(entries []WarmPoolEntry) error {
 			return berth.Errorf(berth.EInvalidRequest, "warm pool: a template name is required")
 		case seen[e.Template]:
 			return berth.Errorf(berth.EInvalidRequest, "warm pool: template %q named twice", e.Template)
-		case e.MemoryMiB <= 0:
-			return berth.Errorf(berth.EInvalidRequest, "warm pool: template %q needs a positive memory size in MiB", e.Template)
+		case e.MemoryMiB < berth.MinSandboxMiB:
+			// No create may ask for less (the API's floor), so such a guest would never serve one.
+			return berth.Errorf(berth.EInvalidRequest, "warm pool: template %q needs a memory size of at least %d MiB", e.Template, berth.MinSandboxMiB)
 		case e.Size < 0 || e.Size > maxWarmPerTemplate:
 			return berth.Errorf(berth.EInvalidRequest, "warm pool: template %q size %d is outside 0..%d", e.Template, e.Size, maxWarmPerTemplate)
 		}

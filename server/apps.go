@@ -79,7 +79,7 @@ func (s *Server) validateAppSpec(r *http.Request, spec berth.AppSpec) error {
 	if err != nil {
 		return err
 	}
-	mem := cmp.Or(spec.MemoryMiB, t.MemoryMiB)
+	mem := berth.SandboxMiB(spec.MemoryMiB, t.MemoryMiB)
 	if err := s.sched.refreshIfStale(r.Context()); err != nil {
 		return berth.Fault(err, "store")
 	}

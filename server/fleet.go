@@ -45,8 +45,9 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, _ principal
 		return berth.Errorf(berth.EInvalidRequest, "body name %q differs from path %q", t.Name, name)
 	}
 	t.Name = name
-	if !nameRE.MatchString(name) || t.MemoryMiB <= 0 || t.MemoryMiB > s.cfg.MaxSandboxMiB || t.VCPUs <= 0 || t.VCPUs > maxVCPUs {
-		return berth.Errorf(berth.EInvalidRequest, "template needs a lowercase name, memory_mb in 1..%d and vcpus in 1..%d", s.cfg.MaxSandboxMiB, maxVCPUs)
+	if !nameRE.MatchString(name) || t.MemoryMiB < berth.MinSandboxMiB || t.MemoryMiB > s.cfg.MaxSandboxMiB || t.VCPUs <= 0 || t.VCPUs > maxVCPUs {
+		return berth.Errorf(berth.EInvalidRequest, "template needs a lowercase name, memory_mb in %d..%d and vcpus in 1..%d",
+			berth.MinSandboxMiB, s.cfg.MaxSandboxMiB, maxVCPUs)
 	}
 	if err := s.store.PutTemplate(r.Context(), t); err != nil {
 		return berth.Fault(err, "store template")

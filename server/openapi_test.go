@@ -390,6 +390,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 	o.do(oaCall{method: "GET", path: "/v1/templates", key: tenant, want: 200})
 	o.do(oaCall{method: "PUT", path: "/v1/templates/tiny", key: admin, body: m{"memory_mb": 64, "vcpus": 1}, want: 200})
 	o.do(oaCall{method: "PUT", path: "/v1/templates/tiny", key: admin, body: m{"memory_mb": 0, "vcpus": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
+	o.do(oaCall{method: "PUT", path: "/v1/templates/tiny", key: admin, body: m{"memory_mb": 16, "vcpus": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
 
 	// No host yet: a create is refused with 503 and Retry-After.
 	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: tenant, body: m{"template": "tiny"}, want: 503, code: berth.ENoHealthyAgents})
@@ -421,6 +422,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: tenant, body: m{"template": "tiny"}, want: 403, code: berth.ETenantOverQuota})
 	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: admin, body: m{"template": "nope"}, want: 404, code: berth.ETemplateNotFound})
 	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: admin, body: m{"template": "tiny", "memory_mb": 2_000_000}, want: 400, code: berth.EInvalidRequest, invalid: true})
+	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: admin, body: m{"template": "tiny", "memory_mb": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: admin, body: m{"template": "tiny", "memory_mb": 8192}, want: 400, code: berth.EInvalidRequest})
 	o.do(oaCall{method: "POST", path: "/v1/sandboxes", key: admin, body: m{"template": "tiny", "tll": 5}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "GET", path: "/v1/sandboxes/" + sb.ID, key: tenant, want: 200})
@@ -458,6 +460,7 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 	o.do(oaCall{method: "POST", path: "/v1/apps", key: admin, body: app, header: map[string]string{berth.HeaderIdempotencyKey: "oa-app"}, want: 201})
 	o.do(oaCall{method: "POST", path: "/v1/apps", key: admin, body: app, want: 409, code: berth.EConflict})
 	o.do(oaCall{method: "POST", path: "/v1/apps", key: admin, body: m{"name": "Web!", "template": "tiny", "command": []string{"x"}, "port": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
+	o.do(oaCall{method: "POST", path: "/v1/apps", key: admin, body: m{"name": "tiny", "template": "tiny", "command": []string{"x"}, "port": 1, "memory_mb": 1}, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "GET", path: "/v1/apps", key: admin, want: 200})
 	o.do(oaCall{method: "GET", path: "/v1/apps", key: tenant, want: 200})
 	o.do(oaCall{method: "GET", path: "/v1/apps/web", key: admin, want: 200})

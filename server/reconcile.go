@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,7 +149,7 @@ func (s *Server) roomFor(ctx context.Context, a berth.App) bool {
 		}
 		return false
 	}
-	d, _, _ := s.sched.pick(placement.Request{MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB)}, nil)
+	d, _, _ := s.sched.pick(placement.Request{MemoryMiB: berth.SandboxMiB(a.Spec.MemoryMiB, t.MemoryMiB)}, nil)
 	return d.Index >= 0
 }
 
@@ -172,9 +171,16 @@ func (s *Server) startApp(ctx context.Context, a berth.App) {
 	}
 	if err != nil {
 		s.retireSandbox(ctx, placed.ID, "app "+a.Name+" set-up failed: "+err.Error())
+		code := berth.ErrorCode(err)
+		if code == berth.EInvalidRequest || code == berth.ETooLarge {
+			// The agent refused the spec itself (a file or an env it cannot take): every start
+			// would be refused alike, so it is the app's error at once, as a placement's
+			// invalid_request is (startRefused) — not a transient start to retry for ever.
+			s.failApp(ctx, a, fmt.Sprintf("version %d cannot start: the agent refused its set-up (%v); deploy a fixed spec", a.Version, err))
+			return
+		}
 		// The command exiting, or running without ever answering on the port, is the app's
 		// own fault and repeats; anything else (agent unreachable, sandbox gone) is transient.
-		code := berth.ErrorCode(err)
 		s.startFailed(ctx, a, code == berth.EServiceExited || code == berth.EUpstream, err)
 		return
 	}
@@ -197,7 +203,7 @@ func (s *Server) placeApp(ctx context.Context, a berth.App) (_ berth.Sandbox, ok
 	now := s.cfg.Clock().UTC()
 	sb := berth.Sandbox{
 		ID: newID("sb"), Template: t.Name, Tenant: a.Tenant,
-		MemoryMiB: cmp.Or(a.Spec.MemoryMiB, t.MemoryMiB), VCPUs: t.VCPUs,
+		MemoryMiB: berth.SandboxMiB(a.Spec.MemoryMiB, t.MemoryMiB), VCPUs: t.VCPUs,
 		CreatedAt: now, ExpiresAt: now.Add(s.cfg.MaxTTL),
 		Metadata:       map[string]string{"app": a.Name, "app_version": strconv.Itoa(a.Version)},
 		IdempotencyKey: a.IdempotencyKey(),

@@ -46,8 +46,11 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 		return t, berth.Fault(err, "read template")
 	}
 	switch {
-	case req.MemoryMiB < 0 || req.MemoryMiB > s.cfg.MaxSandboxMiB:
-		return t, berth.Errorf(berth.EInvalidRequest, "memory_mb must be between 1 and %d MiB", s.cfg.MaxSandboxMiB)
+	case req.MemoryMiB < 0 || (req.MemoryMiB > 0 && req.MemoryMiB < berth.MinSandboxMiB) || req.MemoryMiB > s.cfg.MaxSandboxMiB:
+		// Below the floor no runtime starts it, and each host's failure would count toward
+		// its quarantine (PLC-9): refused here, before any host is asked.
+		return t, berth.Errorf(berth.EInvalidRequest, "memory_mb must be between %d (the least every runtime can start) and %d MiB",
+			berth.MinSandboxMiB, s.cfg.MaxSandboxMiB)
 	case req.VCPUs < 0 || req.VCPUs > maxVCPUs:
 		return t, berth.Errorf(berth.EInvalidRequest, "vcpus must be between 1 and %d", maxVCPUs)
 	case req.TTLSeconds < 0 || req.TTLSeconds > int64(s.cfg.MaxTTL/time.Second):
@@ -136,7 +139,7 @@ func (s *Server) newSandboxFor(req berth.CreateRequest, t berth.Template, tenant
 	}
 	sb := berth.Sandbox{
 		ID: newID("sb"), Template: t.Name, Tenant: tenant,
-		MemoryMiB: cmp.Or(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
+		MemoryMiB: berth.SandboxMiB(req.MemoryMiB, t.MemoryMiB), VCPUs: cmp.Or(req.VCPUs, t.VCPUs),
 		Stateful: req.Stateful, CreatedAt: now, ExpiresAt: now.Add(ttl),
 		Metadata: req.Metadata, IdempotencyKey: idem, Volume: req.Volume,
 	}

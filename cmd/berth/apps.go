@@ -23,9 +23,9 @@ type specFlags struct {
 // register adds the flags; on create, --template and --port are required, on deploy every
 // flag left out keeps the current version's value.
 func (f *specFlags) register(cmd *cobra.Command, create bool) {
-	memory := "memory, MiB (default: the template's)"
+	memory := "memory, MiB, at least 64 (default: the template's)"
 	if !create {
-		memory = "memory, MiB (default: the current version's)"
+		memory = "memory, MiB, at least 64 (default: the current version's)"
 	}
 	cmd.Flags().StringVar(&f.template, "template", "", "sandbox template, as listed by: berth templates")
 	cmd.Flags().Int64Var(&f.memory, "memory-mb", 0, memory)

@@ -49,7 +49,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 	}
 	createOut = withOutput(create, outJSON)
 	create.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the sandbox id")
-	create.Flags().Int64Var(&req.MemoryMiB, "memory-mb", 0, "memory, MiB (default: the template's)")
+	create.Flags().Int64Var(&req.MemoryMiB, "memory-mb", 0, "memory, MiB, at least 64 (default: the template's)")
 	create.Flags().Int64Var(&req.TTLSeconds, "ttl", 0, "time to live, seconds (default 3600)")
 	create.Flags().BoolVar(&req.Stateful, "stateful", false, "stateful: charged in full, never evicted")
 

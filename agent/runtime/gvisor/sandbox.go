@@ -59,7 +59,8 @@ func (sb *sandbox) hasExited() bool {
 }
 
 // Start starts sandbox s and returns once its init serves. Errors: EInvalidRequest for a
-// bad id, size or volume, EConflict when the id is held, EUnavailable after Close; runtime
+// bad id, size or volume, EUnsupported when this host's root for the template is unusable,
+// EConflict when the id is held, EUnavailable after Close; runtime
 // failures are wrapped and quote runsc's log. A failed start leaves nothing behind.
 func (r *Runtime) Start(ctx context.Context, s Spec) error {
 	sb, err := r.admit(s)
@@ -111,7 +112,9 @@ func (r *Runtime) layout(template string) (rootfs.Layout, error) {
 func (r *Runtime) boot(ctx context.Context, sb *sandbox, image *string) error {
 	layout, err := r.layout(sb.spec.Template)
 	if err != nil {
-		return berth.Errorf(berth.EInvalidRequest, "template %s: %v", sb.spec.Template, err)
+		// This host's root for the template is unusable: its lack, not the request's fault
+		// (another host may have it), so never invalid_request.
+		return berth.Errorf(berth.EUnsupported, "template %s: this host's root file system for it is unusable: %v", sb.spec.Template, err)
 	}
 	os.RemoveAll(sb.bundle) // a leftover of a start that failed half-way
 	if err := writeBundle(sb.bundle, bundleSpec{

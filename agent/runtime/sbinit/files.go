@@ -308,8 +308,8 @@ func notRegular(p string, mode uint32) wireResponse {
 	return wireResponse{Code: berth.EInvalidRequest, Message: p + " is not a regular file"}
 }
 
-// fileErr maps a file-system error to a berth code: missing → not_found, wrong kind of path →
-// invalid_request, a lookup that would leave the sandbox (a /proc magic link) →
+// fileErr maps a file-system error to a berth code: missing → not_found, wrong kind of path
+// (or a name too long for the file system) → invalid_request, a lookup that would leave the sandbox (a /proc magic link) →
 // invalid_request, denied → forbidden, anything else (I/O error, disk full, a /proc file that
 // refuses) conflict: the state of the sandbox's file system, never a server bug (API-2).
 func fileErr(p string, err error) wireResponse {
@@ -318,7 +318,7 @@ func fileErr(p string, err error) wireResponse {
 	case errors.Is(err, os.ErrNotExist):
 		code = berth.ENotFound
 	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EROFS),
-		errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENAMETOOLONG):
 		code = berth.EInvalidRequest
 	case errors.Is(err, os.ErrPermission):
 		code = berth.EForbidden
