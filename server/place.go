@@ -501,8 +501,10 @@ func (s *scheduler) unbind(ctx context.Context, p *placing, c candidate, h *hold
 
 // next decides, after an unbind, whether the placement goes on (nil) or ends with the error
 // it returns. An agent's failure counts toward its host's quarantine (PLC-9); an agent's no
-// excludes its host (PLC-7), unless the client went away (unavailable) or a restore's image
-// is gone (not_found: no host can restore it).
+// excludes its host (PLC-7), unless the client went away (unavailable), a restore's image
+// is gone (not_found: no host can restore it) or the agent judged the request itself bad
+// (invalid_request: every host would say the same, so it is the caller's 400 after one
+// try, never a retryable "N hosts saturated").
 func (s *scheduler) next(ctx context.Context, p *placing, c candidate, u *unbound) error {
 	if u.agentErr == nil {
 		return u.err
@@ -514,7 +516,7 @@ func (s *scheduler) next(ctx context.Context, p *placing, c candidate, u *unboun
 		return berth.Errorf(berth.EUnavailable, "placement cancelled: the client went away")
 	}
 	code := berth.ErrorCode(u.agentErr)
-	if code == berth.ENotFound && !p.at.fresh {
+	if code == berth.ENotFound && !p.at.fresh || code == berth.EInvalidRequest {
 		return u.agentErr
 	}
 	p.lastAgentErr = u.agentErr

@@ -856,3 +856,28 @@ func TestPLC10_UnknownRegionIsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestPLC9_RequestTheAgentRefusesIsTheCallers400: an agent that judges the request itself bad
+// (invalid_request: a size its runtime cannot start, say) speaks for every host. The create
+// is 400 after that one agent call — not tried on the next host and answered a retryable 503
+// "2 hosts: 2 saturated" — and no host counts a failure toward quarantine (PLC-9).
+func TestPLC9_RequestTheAgentRefusesIsTheCallers400(t *testing.T) {
+	h := newHarness(t, 0)
+	a1, a2 := newFakeAgent(t, berth.EInvalidRequest), newFakeAgent(t, berth.EInvalidRequest)
+	h.heartbeat(t, "a1", a1.srv.URL, 4096)
+	h.heartbeat(t, "a2", a2.srv.URL, 4096)
+	code, _, e := h.create(t)
+	if code != http.StatusBadRequest || e.Code != berth.EInvalidRequest {
+		t.Fatalf("create the agents refuse as bad: %d %+v; want 400 invalid_request", code, e)
+	}
+	if n := a1.creates.Load() + a2.creates.Load(); n != 1 {
+		t.Errorf("agent create calls: %d; want 1 (every host would say the same)", n)
+	}
+	for _, id := range []string{"a1", "a2"} {
+		a, err := h.st.Agent(context.Background(), id)
+		must(t, err)
+		if a.CreateFailures != 0 {
+			t.Errorf("agent %s counts %d failed creates; want 0 (the request's fault, not the host's)", id, a.CreateFailures)
+		}
+	}
+}
