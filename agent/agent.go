@@ -236,8 +236,9 @@ type Agent struct {
 	mu                        sync.Mutex
 	guests                    map[string]*guest
 	ended                     []berth.EndedSandbox
-	draining                  bool   // an operator's drain or the agent's shutdown (AGT-5); see drainingLocked
-	drainReason               string // why draining: the operator's reason, or the shutdown
+	draining                  bool   // an operator's drain (AGT-5); see drainingLocked
+	drainReason               string // the operator's reason for draining
+	shuttingDown              bool   // the agent is stopping (AGT-5): closed for good
 	noticeReason              string // the latest notice that cordoned the host ("aws rebalance notice", …)
 	measureErrs               int64
 	oomKillsTotal             int64 // OOM kills in this boot's guests, ended ones included (C09)
@@ -405,9 +406,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// AGT-5: a stopping agent drains first and says so at once, so no replica places on it
-	// while its sandboxes stop.
-	a.Drain("agent shutting down")
+	a.beginShutdown()
 	a.sendHeartbeat(shut)
 	_ = srv.Shutdown(shut)
 	a.appTransport.CloseIdleConnections()
@@ -448,13 +447,24 @@ func (a *Agent) stopAll(ctx context.Context) {
 // pressure gate open (ADM-8). The caller holds a.mu.
 func (a *Agent) intakeOpenLocked() bool { return !a.drainingLocked() && !a.gate.Closed() }
 
-// drainingLocked reports whether intake is closed by a drain: an operator's or the agent's
-// own shutdown (draining, AGT-5), a real preemption notice (hardNotice) or a soft cordon not
-// yet expired (softUntil, C15). Each is lifted on its own: an undrain does not open a host a
-// notice cordoned, and a soft cordon's expiry does not open one an operator drained. The
-// caller holds a.mu.
+// beginShutdown closes intake for good (AGT-5): a stopping agent drains first and says so at
+// once, so no replica places on it while its sandboxes stop. It is a cause of its own, which
+// an operator's undrain does not lift (found by an attack: an undrain in the seconds before
+// the listener closed reopened the host, and its last heartbeat announced it open).
+func (a *Agent) beginShutdown() {
+	a.mu.Lock()
+	a.shuttingDown = true
+	a.mu.Unlock()
+	a.log.Info("draining", "reason", "agent shutting down")
+}
+
+// drainingLocked reports whether intake is closed by a drain: an operator's (draining,
+// AGT-5), the agent's own shutdown (shuttingDown), a real preemption notice (hardNotice) or
+// a soft cordon not yet expired (softUntil, C15). Each is lifted on its own: an undrain does
+// not open a host a notice cordoned or one shutting down, and a soft cordon's expiry does not
+// open one an operator drained. The caller holds a.mu.
 func (a *Agent) drainingLocked() bool {
-	return a.draining || a.hardNotice || !a.softUntil.IsZero()
+	return a.draining || a.shuttingDown || a.hardNotice || !a.softUntil.IsZero()
 }
 
 // drainReasonLocked says why intake is closed by a drain (Heartbeat.StatusReason): the
@@ -462,6 +472,9 @@ func (a *Agent) drainingLocked() bool {
 // caller holds a.mu.
 func (a *Agent) drainReasonLocked() string {
 	var why []string
+	if a.shuttingDown {
+		why = append(why, "agent shutting down")
+	}
 	if a.hardNotice || !a.softUntil.IsZero() {
 		why = append(why, a.noticeReason)
 	}

@@ -459,6 +459,13 @@ func TestSPOT2_CordonsLiftOnTheirOwn(t *testing.T) {
 	if hb := a.Heartbeat(t0); hb.Status != berth.AgentActive {
 		t.Fatalf("the soft cordon expired with nothing else in force: %+v, want back in service", hb)
 	}
+	// Shutting down (found by an attack): an undrain in the seconds before the listener
+	// closes does not reopen the host.
+	a.beginShutdown()
+	call(t, http.MethodPost, srv.URL+"/internal/undrain", nil, hdr)
+	if hb := a.Heartbeat(t0); hb.Status != berth.AgentDraining || hb.IntakeOpen || hb.StatusReason != "agent shutting down" {
+		t.Fatalf("a shutting-down agent after an undrain: %+v, want still draining, shutting down", hb)
+	}
 }
 
 // TestSPOT2_NegativeSoftCordonRefused: `berth agent --soft-cordon -5m` is a mistake, refused

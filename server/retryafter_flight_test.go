@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/placement"
 	"github.com/berth-dev/berth/store/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -109,5 +111,76 @@ func TestMetricsScrapeReadsNoHeldLists(t *testing.T) {
 		if !found[name] {
 			t.Errorf("the scrape has no %s for agent a1", name)
 		}
+	}
+}
+
+// cancellingStore answers Sandboxes with one running sandbox on a1 expiring in 30 s, but
+// first calls cancelMe (once), as a refusal's client going away mid-read does; a read whose
+// context is done fails as a real store's would. failReservations fails that many reads.
+type cancellingStore struct {
+	berth.Store
+	now              time.Time
+	cancelMe         context.CancelFunc
+	failReservations int
+	reservations     int
+}
+
+func (c *cancellingStore) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.Sandbox, error) {
+	if c.cancelMe != nil {
+		c.cancelMe()
+		c.cancelMe = nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if f.State != berth.SandboxRunning {
+		return nil, nil
+	}
+	return []berth.Sandbox{{ID: "sb-1", AgentID: "a1", State: berth.SandboxRunning, ExpiresAt: c.now.Add(30 * time.Second)}}, nil
+}
+
+func (c *cancellingStore) Reservations(ctx context.Context) ([]berth.Reservation, error) {
+	c.reservations++
+	if c.failReservations > 0 {
+		c.failReservations--
+		return nil, errors.New("statement timeout")
+	}
+	return c.Store.Reservations(ctx)
+}
+
+// TestRetryAfter_EstimateOutlivesItsCaller (found by an attack): the estimate every refusal
+// of the next second reads ran on the first refusal's own context; when that client went
+// away mid-read, the 5 s fallback was kept and handed to live clients whose true hint was
+// 31 s. The estimate now runs on a context of its own, and one whose reads failed is not kept.
+func TestRetryAfter_EstimateOutlivesItsCaller(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), ":memory:")
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	cfg := DefaultConfig()
+	cfg.Clock = func() time.Time { return now }
+	hosts := []placement.Host{{ID: "a1", LastSeenNano: now.UnixNano(), IntakeOpen: true, Mode: berth.AdmissionCommitted}}
+	want := 30*time.Second + cfg.HeartbeatInterval
+
+	cs := &cancellingStore{Store: st, now: now}
+	s := newScheduler(cs, cfg, nil, nil)
+	s.hosts = hosts
+	gone, cancel := context.WithCancel(context.Background())
+	cs.cancelMe = cancel
+	if got := s.retryAfter(gone, berth.ENoCapacity, 512); got != want {
+		t.Errorf("the refusal whose client left mid-read: Retry-After %v, want %v", got, want)
+	}
+	if got := s.retryAfter(context.Background(), berth.ENoCapacity, 512); got != want {
+		t.Fatalf("a live client's refusal in the same second: Retry-After %v, want the store's %v", got, want)
+	}
+
+	// A read that fails: answered from what was read, not kept for the next refusal.
+	failing := &cancellingStore{Store: st, now: now, failReservations: 1}
+	s = newScheduler(failing, cfg, nil, nil)
+	s.hosts = hosts
+	s.retryAfter(context.Background(), berth.ENoCapacity, 512)
+	s.retryAfter(context.Background(), berth.ENoCapacity, 512)
+	if failing.reservations != 2 {
+		t.Fatalf("reservations reads: %d; want 2 (an estimate whose read failed is not kept)", failing.reservations)
 	}
 }

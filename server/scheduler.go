@@ -493,9 +493,21 @@ func (s *scheduler) retryAfter(ctx context.Context, code string, chargeMiB int64
 		// The room shows at that host's next heartbeat.
 		return s.keepRetryAfter(now, max(s.cfg.HeartbeatInterval, time.Second), -1)
 	}
-	d, soon := s.estimate(ctx, now, open)
-	return s.soonerByReserves(s.keepRetryAfter(now, d, soon), soon, chargeMiB)
+	// The estimate is every refusal's for the next second: it runs on a context of its own,
+	// which this refusal's client going away does not cut, and one whose reads failed is
+	// answered but not kept (found by an attack: a gone client's 5 s fallback was served for a
+	// second to refusals whose true estimate was 40 s).
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), estimateTimeout)
+	defer cancel()
+	d, soon, complete := s.estimate(ectx, now, open)
+	if complete {
+		s.keepRetryAfter(now, d, soon)
+	}
+	return s.soonerByReserves(d, soon, chargeMiB)
 }
+
+// estimateTimeout bounds the store reads of one Retry-After estimate.
+const estimateTimeout = 5 * time.Second
 
 // keptRetryAfter returns the estimate and reserves' room kept by keepRetryAfter, and true,
 // while they are less than a second old.
@@ -513,7 +525,9 @@ func (s *scheduler) keptRetryAfter() (time.Duration, int64, bool) {
 // hosts plus one heartbeat, clamped into [1 s, 60 s]; 5 s when nothing there expires) and the
 // room reserves give back soon (reserveRoom). Of the held lists it reads only the unmeasured
 // guests (Store.UnmeasuredHeld); the open hosts' modes and admittable MiB are the snapshot's.
-func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string]placement.Host) (time.Duration, int64) {
+// complete is false when a read failed: the figures stand on what was read.
+func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string]placement.Host) (d time.Duration, soon int64, complete bool) {
+	complete = true
 	earliest := time.Time{}
 	consider := func(agent string, t time.Time) {
 		if _, ok := open[agent]; ok && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
@@ -524,6 +538,7 @@ func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string
 	for _, state := range []berth.SandboxState{berth.SandboxRunning, berth.SandboxStarting} {
 		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: state, Limit: 100000})
 		if err != nil {
+			complete = false
 			continue
 		}
 		for _, sb := range sbs {
@@ -534,20 +549,21 @@ func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string
 		}
 	}
 	rs, err := s.store.Reservations(ctx)
-	if err == nil {
-		for _, r := range rs {
-			consider(r.AgentID, r.ExpiresAt)
-		}
+	complete = complete && err == nil
+	for _, r := range rs {
+		consider(r.AgentID, r.ExpiresAt)
 	}
-	soon := int64(-1)
+	soon = -1
 	if unmeasured, err := s.store.UnmeasuredHeld(ctx); err == nil {
 		soon = reserveRoom(open, unmeasured, live, rs)
+	} else {
+		complete = false
 	}
-	d := 5 * time.Second
+	d = 5 * time.Second
 	if !earliest.IsZero() {
 		d = min(max(earliest.Sub(now)+s.cfg.HeartbeatInterval, time.Second), 60*time.Second)
 	}
-	return d, soon
+	return d, soon, complete
 }
 
 // reserveHint is how long until a reserve held now has been measured and reported: one
