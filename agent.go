@@ -25,6 +25,11 @@ const (
 	AdmissionNone       = "none"
 )
 
+// MaxRegionBytes bounds a region's name, as a host announces it (Heartbeat.Region, `berth
+// agent --region`) and as a create asks for it: a longer one is refused (invalid_request) on
+// both sides, so a host can never announce a region no create could name.
+const MaxRegionBytes = 64
+
 // Pools (POOL-1).
 const (
 	PoolStateful  = "stateful"

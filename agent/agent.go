@@ -298,6 +298,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		cfg.EvictFloorMiB = max(cfg.MemoryMiB/20, 64)
 	}
 	cfg.LinkMiBps = conf.Or(cfg.LinkMiBps, def.LinkMiBps)
+	if len(cfg.Region) > berth.MaxRegionBytes {
+		return nil, berth.Errorf(berth.EInvalidRequest, "agent: region %q is longer than %d bytes: no create could name it", cfg.Region, berth.MaxRegionBytes)
+	}
 	if cfg.SoftCordon < 0 {
 		return nil, berth.Errorf(berth.EInvalidRequest, "agent: soft cordon %s is negative (want a duration such as 30m; 0 means the default)", cfg.SoftCordon)
 	}

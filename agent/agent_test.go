@@ -468,6 +468,22 @@ func TestSPOT2_CordonsLiftOnTheirOwn(t *testing.T) {
 	}
 }
 
+// TestAgentRegionNoCreateCanName: a region longer than a create may ask for (64 bytes) is
+// refused at start: the host could never be asked for by name (found by an attack).
+func TestAgentRegionNoCreateCanName(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.MemoryMiB, cfg.HeadroomMiB, cfg.Region = "a1", 2048, 0, strings.Repeat("r", berth.MaxRegionBytes+1)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := New(cfg, &fakeRuntime{})
+	if err == nil {
+		a.ln.Close()
+		t.Fatal("an agent with a 65-byte region started")
+	}
+	if berth.ErrorCode(err) != berth.EInvalidRequest || !strings.Contains(err.Error(), "region") {
+		t.Fatalf("a 65-byte region: %v; want invalid_request naming it", err)
+	}
+}
+
 // TestSPOT2_NegativeSoftCordonRefused: `berth agent --soft-cordon -5m` is a mistake, refused
 // at start, not silently the default.
 func TestSPOT2_NegativeSoftCordonRefused(t *testing.T) {

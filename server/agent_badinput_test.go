@@ -95,6 +95,8 @@ func TestHeartbeatFiguresInRange(t *testing.T) {
 		`"sandboxes":[{"id":"sb-1","resident_mb":-100,"measured":true}]`,
 		`"sandboxes":[{"id":"sb-1","resident_mb":1099511627777,"measured":true}]`,
 		`"sandboxes":[{"id":"sb-1","oom_kills":-1}]`,
+		// A region no create could name (creates take at most 64 bytes; found by an attack).
+		`"region":"` + strings.Repeat("r", 65) + `"`,
 	} {
 		// The figures after the others: JSON's last duplicate key wins.
 		if code, got := send(hb + `,"seq":2,` + figures + `}`); code != http.StatusBadRequest || !strings.Contains(got, berth.EInvalidRequest) {

@@ -361,6 +361,8 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 		return heartbeatFigures(hb)
 	case hb.Status != "" && hb.Status != berth.AgentActive && hb.Status != berth.AgentDraining:
 		return berth.Errorf(berth.EInvalidRequest, "status must be active or draining")
+	case len(hb.Region) > berth.MaxRegionBytes:
+		return berth.Errorf(berth.EInvalidRequest, "region is longer than %d bytes: no create could name it", berth.MaxRegionBytes)
 	case hb.Pool != "" && hb.Pool != berth.PoolStateful && hb.Pool != berth.PoolEphemeral:
 		return berth.Errorf(berth.EInvalidRequest, "pool must be stateful or ephemeral")
 	case hb.Preemptible && hb.Pool != berth.PoolEphemeral:

@@ -63,8 +63,8 @@ func (s *Server) validateCreate(ctx context.Context, req berth.CreateRequest) (b
 		return t, berth.Errorf(berth.EInvalidRequest, "volume must be lowercase letters, digits, '.', '_' or '-', at most 63")
 	case req.Volume != "" && req.Pool == berth.PoolEphemeral:
 		return t, berth.Errorf(berth.EInvalidRequest, "sandboxes with a volume run only in the stateful pool (POOL-2)")
-	case len(req.Region) > 64:
-		return t, berth.Errorf(berth.EInvalidRequest, "region is longer than 64 characters")
+	case len(req.Region) > berth.MaxRegionBytes:
+		return t, berth.Errorf(berth.EInvalidRequest, "region is longer than %d bytes", berth.MaxRegionBytes)
 	case len(req.Metadata) > maxMetadataKeys:
 		return t, berth.Errorf(berth.EInvalidRequest, "metadata has more than %d keys", maxMetadataKeys)
 	}

@@ -213,7 +213,7 @@ func TestCLI_ExitCodesBadInput(t *testing.T) {
 		{"unknown command", []string{"sandboxes-list"}, `unknown command "sandboxes-list" for "berth"`},
 		{"url without scheme", []string{"--url", "127.0.0.1:7070", "templates"}, `--url "127.0.0.1:7070" is not a server URL: want http://HOST:PORT or https://HOST:PORT (did you mean http://127.0.0.1:7070 ?)`},
 		{"url of another scheme", []string{"--url", "ftp://127.0.0.1:7070", "sandbox", "list"}, `--url "ftp://127.0.0.1:7070" is not a server URL`},
-		{"negative wait", []string{"--wait", "-1s", "templates"}, "--wait -1s: want 0 (try once) or more"},
+		{"negative wait", []string{"--wait", "-1s", "templates"}, `--wait "-1s": want a duration of 0 or more`},
 		{"key file missing", []string{"--key-file", dir + "/nope.key", "templates"}, "--key-file " + dir + "/nope.key: cannot read the API key: no such file or directory"},
 		{"key file empty", []string{"--key-file", empty, "sandbox", "exec", "sb-1", "--", "true"}, "--key-file " + empty + " is empty"},
 		{"key file of two words", []string{"--key-file", twoWords, "agents", "drain", "a1"}, "--key-file " + twoWords + " holds more than one word"},
