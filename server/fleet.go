@@ -379,21 +379,15 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 			return berth.Errorf(berth.EInvalidRequest, "ended sandbox %s has non-terminal state %q", e.ID, e.State)
 		}
 	}
-	// Text the store keeps must be text: PostgreSQL refuses a NUL byte in any string, which
-	// would turn this heartbeat into a 500 (JSON decoding already replaced invalid UTF-8).
-	nul := slices.ContainsFunc([]string{hb.Address, hb.Region, hb.Version, hb.BootID, hb.Runtime, hb.StatusReason}, hasNUL) ||
-		slices.ContainsFunc(hb.Removed, hasNUL) ||
-		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return hasNUL(e.Reason) })
-	if nul {
-		return berth.Errorf(berth.EInvalidRequest, "heartbeat text fields must not contain a NUL character")
-	}
-	// Sandbox ids are keys of the store's indexes, which refuse entries longer than a few KB
-	// (a 500 on PostgreSQL, found by an attack): an id is 1–128 bytes without a NUL.
-	badID := func(id string) bool { return len(id) > maxHeldIDBytes || hasNUL(id) }
+	// A NUL in any string was refused as the body was decoded (httpjson.Decode), and JSON
+	// decoding replaced invalid UTF-8. Sandbox ids are keys of the store's indexes, which
+	// refuse entries longer than a few KB (a 500 on PostgreSQL, found by an attack): an id is
+	// at most 128 bytes.
+	badID := func(id string) bool { return len(id) > maxHeldIDBytes }
 	if slices.ContainsFunc(hb.Removed, badID) ||
 		slices.ContainsFunc(hb.Sandboxes, func(h berth.HeldSandbox) bool { return badID(h.ID) }) ||
 		slices.ContainsFunc(hb.Ended, func(e berth.EndedSandbox) bool { return badID(e.ID) }) {
-		return berth.Errorf(berth.EInvalidRequest, "sandbox ids in a heartbeat must be at most %d bytes, without a NUL character", maxHeldIDBytes)
+		return berth.Errorf(berth.EInvalidRequest, "sandbox ids in a heartbeat must be at most %d bytes", maxHeldIDBytes)
 	}
 	// A time JSON cannot write back (outside years 0–9999 in UTC) would break every listing of
 	// the fleet (found by an attack); the zero time means "not sent".
@@ -443,15 +437,12 @@ func inRange[T int64 | float64](x, hi T) bool { return x >= 0 && x <= hi }
 // are "sb-" and 16 hex digits.
 const maxHeldIDBytes = 128
 
-func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
-
 // checkReason refuses reason text an operator sends (a drain's) that an event could not keep
-// whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get, or a
-// NUL character, which PostgreSQL refuses in text. The error is invalid_request.
+// whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get (a NUL
+// was refused as the body was decoded). The error is invalid_request.
 func checkReason(reason string) error {
-	if len(reason) > ReasonExcerptBytes || hasNUL(reason) {
-		return berth.Errorf(berth.EInvalidRequest, "reason is %d bytes; it must be at most %d, without a NUL character",
-			len(reason), ReasonExcerptBytes)
+	if len(reason) > ReasonExcerptBytes {
+		return berth.Errorf(berth.EInvalidRequest, "reason is %d bytes; it must be at most %d", len(reason), ReasonExcerptBytes)
 	}
 	return nil
 }
@@ -550,13 +541,14 @@ const maxEntityBytes = 256
 
 // checkEntity refuses an events query's entity that names no kind of entity, as
 // invalid_request: it must be "" (every event), "<kind>/" (every entity of that kind) or
-// "<kind>/<id>", with a kind of berth.EventKinds, at most maxEntityBytes and without a NUL.
+// "<kind>/<id>", with a kind of berth.EventKinds, at most maxEntityBytes (a NUL in the query
+// was refused before, requestText).
 func checkEntity(entity string) error {
 	if entity == "" {
 		return nil
 	}
 	kind, _, ok := strings.Cut(entity, "/")
-	if !ok || !berth.ValidEventKind(kind) || len(entity) > maxEntityBytes || hasNUL(entity) {
+	if !ok || !berth.ValidEventKind(kind) || len(entity) > maxEntityBytes {
 		return berth.Errorf(berth.EInvalidRequest, "entity %q must be <kind>/<id>, or <kind>/ for every entity of a kind, "+
 			"with kind %s (at most %d bytes)", excerpt(entity), berth.EventKindsText(), maxEntityBytes)
 	}

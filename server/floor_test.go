@@ -2,77 +2,16 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/internal/httpjson"
 )
-
-// sizeAgent is a fake agent that starts every sandbox and records the memory each create
-// asked for; an app's set-up (files, then its service) is answered with refuseSetUp (an
-// error code; "" accepts) and its port always answers.
-type sizeAgent struct {
-	srv         *httptest.Server
-	refuseSetUp string
-	creates     atomic.Int64
-	deletes     atomic.Int64
-	mu          sync.Mutex
-	asked       []int64 // memory_mb of each create, in order
-}
-
-func newSizeAgent(t *testing.T, refuseSetUp string) *sizeAgent {
-	f := &sizeAgent{refuseSetUp: refuseSetUp}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !fromServer(r, f.srv.URL) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		switch {
-		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
-			var ac berth.AgentCreate
-			_ = json.NewDecoder(r.Body).Decode(&ac)
-			f.mu.Lock()
-			f.asked = append(f.asked, ac.MemoryMiB)
-			f.mu.Unlock()
-			f.creates.Add(1)
-			w.WriteHeader(http.StatusCreated)
-		case r.Method == http.MethodDelete:
-			f.deletes.Add(1)
-			w.WriteHeader(http.StatusNoContent)
-		case strings.HasSuffix(r.URL.Path, "/files") || strings.HasSuffix(r.URL.Path, "/service"):
-			if f.refuseSetUp != "" {
-				w.WriteHeader(httpjson.StatusFor(f.refuseSetUp))
-				_ = json.NewEncoder(w).Encode(berth.ErrorBody{Error: berth.ErrorDetail{Code: f.refuseSetUp,
-					Message: `bad environment variable "A": values without NUL`}})
-				return
-			}
-			w.WriteHeader(http.StatusNoContent)
-		case strings.Contains(r.URL.Path, "/port/"):
-			_, _ = io.WriteString(w, "app answer")
-		default:
-			w.WriteHeader(http.StatusNotFound)
-		}
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *sizeAgent) sizes() []int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]int64(nil), f.asked...)
-}
 
 // TestMinSandboxMiB_TinyRequestsAre400: a memory_mb below berth.MinSandboxMiB — which no
 // runtime starts, so every host failed it and was quarantined for it (PLC-9; an attack on
@@ -81,7 +20,7 @@ func (f *sizeAgent) sizes() []int64 {
 // template; no host is asked, nothing is written, and the floor itself is accepted.
 func TestMinSandboxMiB_TinyRequestsAre400(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) {})
-	agent := newSizeAgent(t, "")
+	agent := newFakeAgent(t, "")
 	h.heartbeat(t, "a1", agent.srv.URL, 4096)
 	ok := `"template":"python","command":["sleep","1000"],"port":8080`
 	for _, tc := range []struct{ method, path, body string }{
@@ -134,7 +73,7 @@ func TestMinSandboxMiB_TinyRequestsAre400(t *testing.T) {
 // (docs/DECISIONS.md), which the agent is asked for and the sandbox shows.
 func TestMinSandboxMiB_StoredBelowTheFloorStartsAtIt(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) { c.AppReconcileInterval = 5 * time.Millisecond })
-	agent := newSizeAgent(t, "")
+	agent := newFakeAgent(t, "")
 	h.heartbeat(t, "a1", agent.srv.URL, 4096)
 	ctx := context.Background()
 	must(t, h.st.PutTemplate(ctx, berth.Template{Name: "old", MemoryMiB: 16, VCPUs: 1}))
@@ -165,7 +104,8 @@ func TestAPP2_SetUpRefusedIsTheAppsError(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) {
 		c.AppReconcileInterval, c.AppBackoffBase, c.AppBackoffCap = 5*time.Millisecond, time.Millisecond, 10*time.Millisecond
 	})
-	agent := newSizeAgent(t, berth.EInvalidRequest)
+	agent := newFakeAgent(t, "")
+	agent.refuseSetUp = berth.EInvalidRequest
 	h.heartbeat(t, "a1", agent.srv.URL, 4096)
 	h.running(t)
 	h.createApp(t, "refused", `["sleep","1000"]`)

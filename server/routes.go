@@ -166,8 +166,7 @@ func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 // can keep: a NUL character, or bytes that are not UTF-8 (a %00 or %ff in a sandbox id, an
 // app name, an events filter). PostgreSQL refuses both, so each was a 500 there and a miss on
 // SQLite (found by an attack); the answer must not depend on the store. The files API's
-// `path` may be any bytes but NUL (a file name need not be UTF-8; writeFile and readFile
-// refuse NUL themselves).
+// `path` may be any bytes but NUL: a file name need not be UTF-8.
 func requestText(r *http.Request) error {
 	if !storable(r.URL.Path, true) {
 		return berth.Errorf(berth.EInvalidRequest, "the request path must be UTF-8 text without a NUL character")

@@ -22,13 +22,23 @@ import (
 
 // fakeAgent serves the agent's internal create/delete calls with a chosen answer.
 type fakeAgent struct {
-	srv     *httptest.Server
-	refuse  string        // error code to refuse creates with; "" accepts
-	delay   time.Duration // how long a create takes to answer
-	appDown bool          // the app behind /port/ never answers (app_unreachable)
-	creates atomic.Int64
-	deletes atomic.Int64
-	created chan struct{} // a token for each create call received (never blocks the call)
+	srv         *httptest.Server
+	refuse      string        // error code to refuse creates with; "" accepts
+	refuseSetUp string        // error code to refuse an app's set-up (files, service) with; "" accepts
+	delay       time.Duration // how long a create takes to answer
+	appDown     bool          // the app behind /port/ never answers (app_unreachable)
+	creates     atomic.Int64
+	deletes     atomic.Int64
+	created     chan struct{} // a token for each create call received (never blocks the call)
+	mu          sync.Mutex
+	asked       []int64 // memory_mb of each create, in order
+}
+
+// sizes returns the memory_mb each create asked for, in order.
+func (f *fakeAgent) sizes() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.asked...)
 }
 
 // fromServer reports whether r carries a server's call token and not the node token: these
@@ -53,6 +63,11 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 		}
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+			var ac berth.AgentCreate
+			_ = json.NewDecoder(r.Body).Decode(&ac)
+			f.mu.Lock()
+			f.asked = append(f.asked, ac.MemoryMiB)
+			f.mu.Unlock()
 			f.creates.Add(1)
 			select {
 			case f.created <- struct{}{}:
@@ -74,6 +89,12 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 			w.WriteHeader(http.StatusNoContent)
 		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/files"),
 			r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/service"):
+			if f.refuseSetUp != "" { // an app's set-up (APP-1) the agent refuses
+				w.WriteHeader(httpjson.StatusFor(f.refuseSetUp))
+				_ = json.NewEncoder(w).Encode(berth.ErrorBody{Error: berth.ErrorDetail{Code: f.refuseSetUp,
+					Message: `bad environment variable "A": values without NUL`}})
+				return
+			}
 			w.WriteHeader(http.StatusNoContent) // an app's set-up (APP-1)
 		case strings.Contains(r.URL.Path, "/port/") && f.appDown:
 			w.WriteHeader(http.StatusBadGateway)

@@ -168,9 +168,6 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err := cfg.Bounds.check(); err != nil {
 		return nil, err
 	}
-	if err := checkAppTimeouts(cfg.AppWakeTimeout, cfg.AppStartTimeout); err != nil {
-		return nil, err
-	}
 	if !admission.ValidMode(cfg.Admission) {
 		return nil, berth.Errorf(berth.EInvalidRequest, "--admission must be %s, %s or %s, not %q",
 			berth.AdmissionCommitted, berth.AdmissionWorkingSet, berth.AdmissionNone, cfg.Admission)

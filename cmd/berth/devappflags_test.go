@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -18,30 +17,11 @@ import (
 
 // TestDevTakesAppFlags (a new user's report, item 8): docs/API.md cites --app-wake-timeout,
 // which `berth server` took and `berth dev` — where a first user tries apps — did not. Both
-// take --app-wake-timeout and --app-start-timeout now, refuse a negative one before anything
-// is written, and `berth dev --app-wake-timeout 1ms` holds a request to a hibernated app that
-// long: 503 app_wake_timeout, not the 30 s default's answer.
+// take --app-wake-timeout and --app-start-timeout now (a negative one is refused before
+// anything is written: TestStartupRefusesNegativeBounds), and `berth dev --app-wake-timeout
+// 1ms` holds a request to a hibernated app that long: 503 app_wake_timeout, not the 30 s
+// default's answer.
 func TestDevTakesAppFlags(t *testing.T) {
-	t.Setenv("BERTH_NODE_TOKEN", strings.Repeat("t", 64))
-	for _, cmd := range []string{"dev", "server"} {
-		for _, flag := range []string{"--app-wake-timeout", "--app-start-timeout"} {
-			data := filepath.Join(t.TempDir(), "data")
-			var out, errOut bytes.Buffer
-			// Bounded: a build that takes the value starts serving, and this ends it.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := Main(ctx, []string{cmd, "--data", data, "--listen", "127.0.0.1:0", flag, "-1s"},
-				strings.NewReader(""), &out, &errOut)
-			cancel()
-			// Exit 2 naming the flag (the flag guard refuses every negative duration).
-			if exitCode(err) != exitInvalid || !strings.Contains(errorMessage(err), flag) {
-				t.Errorf("berth %s %s -1s: %v; want exit 2 naming it", cmd, flag, err)
-			}
-			if _, err := os.Stat(data); !os.IsNotExist(err) {
-				t.Errorf("berth %s %s -1s wrote into its data directory before refusing: %v", cmd, flag, err)
-			}
-		}
-	}
-
 	data := t.TempDir()
 	args := []string{"dev", "--listen", "127.0.0.1:0", "--data", data, "--agents", "1", "--heartbeat-interval", "100ms",
 		"--runtime", runtimeProcess, "--app-wake-timeout", "1ms"}

@@ -101,29 +101,37 @@ func boot(t *testing.T, mutate func(*devConfig)) *devStack {
 	return st
 }
 
-// rawCreate posts one create without any client retry and returns the status, the headers
-// and the decoded body (sandbox or error).
+// rawCreate posts one create with the admin key, without any client retry, and returns the
+// status, the headers and the decoded body (sandbox or error).
 func rawCreate(t *testing.T, st *devStack, body string) (int, http.Header, berth.Sandbox, berth.ErrorDetail) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, st.URL+"/v1/sandboxes", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+st.AdminKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	code, hdr, b := rawPost(t, st, st.AdminKey, "/v1/sandboxes", body)
 	var sb berth.Sandbox
 	var eb berth.ErrorBody
-	if resp.StatusCode == http.StatusCreated {
+	if code == http.StatusCreated {
 		if err := json.Unmarshal(b, &sb); err != nil {
 			t.Fatalf("decode sandbox %s: %v", b, err)
 		}
 	} else if err := json.Unmarshal(b, &eb); err != nil {
-		t.Fatalf("decode error body %q (status %d): %v", b, resp.StatusCode, err)
+		t.Fatalf("decode error body %q (status %d): %v", b, code, err)
 	}
-	return resp.StatusCode, resp.Header, sb, eb.Error
+	return code, hdr, sb, eb.Error
+}
+
+// rawPost posts body to path with key, without any client retry, and returns the status, the
+// headers and the body.
+func rawPost(t *testing.T, st *devStack, key, path, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, st.URL+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
 }
 
 func adminClient(st *devStack, opts ...client.Option) *client.Client {

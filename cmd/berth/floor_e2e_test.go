@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -82,18 +81,10 @@ func tinyMemoryNeverQuarantines(t *testing.T, st *devStack) {
 // the error body (zero on success).
 func postAs(t *testing.T, st *devStack, key, path, body string) (int, berth.ErrorDetail) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, st.URL+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	code, _, b := rawPost(t, st, key, path, body)
 	var eb berth.ErrorBody
 	_ = json.Unmarshal(b, &eb)
-	return resp.StatusCode, eb.Error
+	return code, eb.Error
 }
 
 // noneQuarantined fails the test if any agent counts a failed create or is quarantined.

@@ -45,9 +45,6 @@ func newServerCmd() *cobra.Command {
 			if err := bounds.check(); err != nil {
 				return err
 			}
-			if err := checkAppTimeouts(cfg.AppWakeTimeout, cfg.AppStartTimeout); err != nil {
-				return err
-			}
 			cfg.Retention = retentionConfig(retention)
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" {
@@ -171,20 +168,12 @@ func (b serverBounds) check() error {
 
 // registerAppFlags registers the app flags `berth server` and `berth dev` share (APP-1): the
 // apps domain, how long a request to a hibernated app is held while it wakes, and how long a
-// started app has to answer on its port. Defaults are what domain, wake and start hold.
+// started app has to answer on its port. Defaults are what domain, wake and start hold; a
+// negative duration is refused as the flag is parsed (guardFlagValues).
 func registerAppFlags(f *pflag.FlagSet, domain *string, wake, start *time.Duration) {
 	f.StringVar(domain, "apps-domain", *domain, "route requests for Host <app>.<domain> to the app (APP-1; /apps/<app>/ always works)")
 	f.DurationVar(wake, "app-wake-timeout", *wake, "how long a request to a hibernated app is held while it wakes; then 503 app_wake_timeout")
 	f.DurationVar(start, "app-start-timeout", *start, "how long a started app has to answer on its port")
-}
-
-// checkAppTimeouts refuses a negative --app-wake-timeout or --app-start-timeout
-// (invalid_request, exit 2), which would otherwise silently mean the default.
-func checkAppTimeouts(wake, start time.Duration) error {
-	if wake < 0 || start < 0 {
-		return berth.Errorf(berth.EInvalidRequest, "--app-wake-timeout and --app-start-timeout must not be negative, not %s and %s", wake, start)
-	}
-	return nil
 }
 
 // openStore opens the store named by spec: a postgres:// or postgresql:// URL, or a SQLite

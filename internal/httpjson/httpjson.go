@@ -158,7 +158,7 @@ func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if err := DecodeBinary(w, r, limit, v); err != nil {
 		return err
 	}
-	return refuseNUL(reflect.ValueOf(v), "")
+	return refuseNUL(reflect.ValueOf(v))
 }
 
 // DecodeBinary is Decode for a body whose strings may hold any character, NUL included: one

@@ -2,8 +2,10 @@ package httpjson
 
 import (
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/berth-dev/berth"
 )
@@ -14,72 +16,119 @@ import (
 // carried one was a 500 on PostgreSQL and stored on SQLite (found by an attack); the answer
 // must not depend on the store. Exec's stdin, which is never stored, is decoded with
 // DecodeBinary instead.
-func refuseNUL(v reflect.Value, path string) error {
+func refuseNUL(v reflect.Value) error {
+	steps, found := findNUL(v)
+	if !found {
+		return nil
+	}
+	slices.Reverse(steps) // built from the NUL up
+	path := strings.Join(slices.DeleteFunc(steps, func(s string) bool { return s == "" }), ".")
+	path = strings.ReplaceAll(path, ".[", "[")
+	if path == "" {
+		return berth.Errorf(berth.EInvalidRequest, "the body must not contain a NUL character (\\u0000)")
+	}
+	return berth.Errorf(berth.EInvalidRequest, "field %q must not contain a NUL character (\\u0000)", path)
+}
+
+// findNUL reports whether a string in v holds a NUL, and the JSON path to it from v, last
+// step first. The path is built only on the way back from a NUL: a walk that finds none
+// allocates nothing.
+func findNUL(v reflect.Value) ([]string, bool) {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if !v.IsNil() {
-			return refuseNUL(v.Elem(), path)
+			return findNUL(v.Elem())
 		}
 	case reflect.String:
-		if strings.IndexByte(v.String(), 0) >= 0 {
-			return nulError(path)
-		}
+		return nil, strings.IndexByte(v.String(), 0) >= 0
 	case reflect.Slice, reflect.Array:
 		if v.Type().Elem().Kind() == reflect.Uint8 {
-			return nil // bytes ([]byte, json.RawMessage) are not text
+			return nil, false // bytes ([]byte, json.RawMessage) are not text
 		}
 		for i := range v.Len() {
-			if err := refuseNUL(v.Index(i), path+"["+strconv.Itoa(i)+"]"); err != nil {
-				return err
+			if steps, found := findNUL(v.Index(i)); found {
+				return append(steps, "["+strconv.Itoa(i)+"]"), true
 			}
 		}
 	case reflect.Map:
 		for it := v.MapRange(); it.Next(); {
 			k := it.Key()
 			if k.Kind() == reflect.String && strings.IndexByte(k.String(), 0) >= 0 {
-				return nulError(path)
+				return nil, true // the key itself: the path ends at the map
 			}
-			if err := refuseNUL(it.Value(), join(path, k.String())); err != nil {
-				return err
+			if steps, found := findNUL(it.Value()); found {
+				return append(steps, k.String()), true
 			}
 		}
 	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() && !f.Anonymous {
-				continue // JSON neither reads nor writes it; an embedded struct's fields it does
-			}
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			switch {
-			case name == "-":
-				continue
-			case f.Anonymous && name == "":
-				name = "" // embedded: its fields are the parent's
-			case name == "":
-				name = f.Name
-			}
-			if err := refuseNUL(v.Field(i), join(path, name)); err != nil {
-				return err
+		for _, f := range textFields(v.Type()) {
+			if steps, found := findNUL(v.Field(f.index)); found {
+				return append(steps, f.name), true
 			}
 		}
 	}
-	return nil
+	return nil, false
 }
 
-func join(path, name string) string {
-	switch {
-	case name == "":
-		return path
-	case path == "":
-		return name
-	}
-	return path + "." + name
+// textField is a struct field JSON reads that may hold text: its index and its JSON name
+// ("" for an embedded struct, whose fields are its parent's).
+type textField struct {
+	index int
+	name  string
 }
 
-func nulError(path string) error {
-	if path == "" {
-		return berth.Errorf(berth.EInvalidRequest, "the body must not contain a NUL character (\\u0000)")
+// textFieldsOf caches textFields per struct type: a heartbeat's thousand held sandboxes are
+// one type, looked at once.
+var textFieldsOf sync.Map // reflect.Type → []textField
+
+// textFields returns the fields of struct type t that JSON reads and that may hold a string.
+func textFields(t reflect.Type) []textField {
+	if fs, ok := textFieldsOf.Load(t); ok {
+		return fs.([]textField)
 	}
-	return berth.Errorf(berth.EInvalidRequest, "field %q must not contain a NUL character (\\u0000)", path)
+	var fs []textField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() && !f.Anonymous {
+			continue // JSON neither reads nor writes it; an embedded struct's fields it does
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !mayHoldText(f.Type, map[reflect.Type]bool{}):
+			continue
+		case f.Anonymous && name == "":
+			// embedded: no step of its own
+		case name == "":
+			name = f.Name
+		}
+		fs = append(fs, textField{i, name})
+	}
+	textFieldsOf.Store(t, fs)
+	return fs
+}
+
+// mayHoldText reports whether a value of type t can hold a string NUL could be in; seen
+// breaks cycles of recursive types.
+func mayHoldText(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.String, reflect.Interface:
+		return true
+	case reflect.Pointer:
+		return mayHoldText(t.Elem(), seen)
+	case reflect.Slice, reflect.Array:
+		return t.Elem().Kind() != reflect.Uint8 && mayHoldText(t.Elem(), seen)
+	case reflect.Map:
+		return t.Key().Kind() == reflect.String || mayHoldText(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); (f.IsExported() || f.Anonymous) && mayHoldText(f.Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
