@@ -97,6 +97,9 @@ func TestHeartbeatFiguresInRange(t *testing.T) {
 		`"sandboxes":[{"id":"sb-1","oom_kills":-1}]`,
 		// A region no create could name (creates take at most 64 bytes; found by an attack).
 		`"region":"` + strings.Repeat("r", 65) + `"`,
+		// Text kept on the agent's row and in every listing (200 KB each were stored).
+		`"version":"` + strings.Repeat("v", 1025) + `"`,
+		`"boot_id":"` + strings.Repeat("b", 1025) + `"`,
 	} {
 		// The figures after the others: JSON's last duplicate key wins.
 		if code, got := send(hb + `,"seq":2,` + figures + `}`); code != http.StatusBadRequest || !strings.Contains(got, berth.EInvalidRequest) {

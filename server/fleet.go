@@ -363,6 +363,10 @@ func validateHeartbeat(hb berth.Heartbeat) error {
 		return berth.Errorf(berth.EInvalidRequest, "status must be active or draining")
 	case len(hb.Region) > berth.MaxRegionBytes:
 		return berth.Errorf(berth.EInvalidRequest, "region is longer than %d bytes: no create could name it", berth.MaxRegionBytes)
+	case max(len(hb.Address), len(hb.Version), len(hb.BootID), len(hb.Runtime)) > maxAgentTextBytes:
+		// Kept on the agent's row and in every listing of the fleet (found by an attack:
+		// 200 KB each were stored).
+		return berth.Errorf(berth.EInvalidRequest, "address, version, boot_id and runtime must be at most %d bytes each", maxAgentTextBytes)
 	case hb.Pool != "" && hb.Pool != berth.PoolStateful && hb.Pool != berth.PoolEphemeral:
 		return berth.Errorf(berth.EInvalidRequest, "pool must be stateful or ephemeral")
 	case hb.Preemptible && hb.Pool != berth.PoolEphemeral:
@@ -436,6 +440,10 @@ func inRange[T int64 | float64](x, hi T) bool { return x >= 0 && x <= hi }
 // maxHeldIDBytes bounds a sandbox id an agent reports (validateHeartbeat): the server's own
 // are "sb-" and 16 hex digits.
 const maxHeldIDBytes = 128
+
+// maxAgentTextBytes bounds the text a heartbeat announces about its agent (address, version,
+// boot id, runtime name): a URL, a release and an id are far shorter.
+const maxAgentTextBytes = 1024
 
 // checkReason refuses reason text an operator sends (a drain's) that an event could not keep
 // whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get (a NUL

@@ -57,7 +57,7 @@ func findNUL(v reflect.Value) ([]string, bool) {
 				return nil, true // the key itself: the path ends at the map
 			}
 			if steps, found := findNUL(it.Value()); found {
-				return append(steps, k.String()), true
+				return append(steps, keyText(k)), true
 			}
 		}
 	case reflect.Struct:
@@ -92,14 +92,15 @@ func textFields(t reflect.Type) []textField {
 		if !f.IsExported() && !f.Anonymous {
 			continue // JSON neither reads nor writes it; an embedded struct's fields it does
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
 		switch {
-		case name == "-" || !mayHoldText(f.Type, map[reflect.Type]bool{}):
-			continue
-		case f.Anonymous && name == "":
-			// embedded: no step of its own
+		case tag == "-" || !mayHoldText(f.Type, map[reflect.Type]bool{}):
+			continue // only a tag of exactly "-" hides a field: "-," names it "-"
+		case f.Anonymous && name == "" && embedsStruct(f.Type):
+			// an embedded struct: its fields are the parent's, no step of its own
 		case name == "":
-			name = f.Name
+			name = f.Name // an embedded non-struct is a field named after its type
 		}
 		fs = append(fs, textField{i, name})
 	}
@@ -131,4 +132,24 @@ func mayHoldText(t reflect.Type, seen map[reflect.Type]bool) bool {
 		}
 	}
 	return false
+}
+
+// embedsStruct reports whether an embedded field of type t promotes its fields, as
+// encoding/json reads it: a struct, or a pointer to one.
+func embedsStruct(t reflect.Type) bool {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Struct
+}
+
+// keyText is a map key as JSON writes it, for a field path.
+func keyText(k reflect.Value) string {
+	switch k.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(k.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(k.Uint(), 10)
+	}
+	return k.String()
 }

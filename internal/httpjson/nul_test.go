@@ -10,6 +10,9 @@ import (
 	"github.com/berth-dev/berth"
 )
 
+// Tags is an embedded named non-struct type: encoding/json reads it as a field "Tags".
+type Tags []string
+
 // TestDecodeRefusesNUL: a NUL anywhere in a decoded string — a field of an embedded struct,
 // a list element, a map key or value — is invalid_request naming the field by its JSON path;
 // DecodeBinary lets it through, and bytes (json.RawMessage) are not text.
@@ -19,6 +22,9 @@ func TestDecodeRefusesNUL(t *testing.T) {
 	}
 	type body struct {
 		inner
+		Tags
+		Dash string          `json:"-,"` // read under the key "-" (found by an attack)
+		IM   map[int]string  `json:"im"`
 		Name string          `json:"name"`
 		Cmd  []string        `json:"cmd"`
 		Raw  json.RawMessage `json:"raw"`
@@ -38,6 +44,9 @@ func TestDecodeRefusesNUL(t *testing.T) {
 		`{"env":{"K":"v\u0000"}}`:         `"env.K"`,
 		`{"env":{"\u0000":"v"}}`:          `"env"`,
 		`{"ptr":{"env":{"K":"\u0000v"}}}`: `"ptr.env.K"`,
+		`{"-":"\u0000"}`:                  `"-"`,
+		`{"im":{"7":"\u0000"}}`:           `"im.7"`,
+		`{"Tags":["x","\u0000"]}`:         `"Tags[1]"`,
 	} {
 		err := decode(s, false)
 		if berth.ErrorCode(err) != berth.EInvalidRequest || !strings.Contains(err.Error(), field) {
