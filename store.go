@@ -76,12 +76,22 @@ type TemplateStore interface {
 	Templates(ctx context.Context) ([]Template, error)
 }
 
+// Expiry is when a running sandbox's TTL ends (Store.ExpiringFirst).
+type Expiry struct {
+	SandboxID string
+	AgentID   string
+	At        time.Time
+}
+
 // SandboxFilter selects sandboxes; zero fields match everything.
 type SandboxFilter struct {
 	Tenant  string
 	State   SandboxState
 	AgentID string
-	Limit   int
+	// Live keeps only sandboxes in a state that is not terminal (LIF-1): a host's history of
+	// ended sandboxes, however long, never crowds a live one out of Limit.
+	Live  bool
+	Limit int
 }
 
 // SandboxStore keeps sandboxes. Every state change writes its event in the same transaction
@@ -98,6 +108,16 @@ type SandboxStore interface {
 	SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (Sandbox, error)
 	// Sandboxes lists sandboxes matching f, newest first.
 	Sandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// SandboxesByID returns the sandboxes of ids the store knows, in no order; an unknown id is
+	// left out, and a repeated one answered once. A long list is read in parts (issue 16,
+	// goal 6: a refusal's estimate reads the few sandboxes reserves name, not every one).
+	SandboxesByID(ctx context.Context, ids []string) ([]Sandbox, error)
+	// ExpiringFirst returns up to limit running sandboxes in order of expiry — by ExpiresAt,
+	// then SandboxID — starting after the cursor from (an Expiry of an earlier page; the zero
+	// Expiry starts at the beginning), leaving out sandboxes without an expiry. It reads an
+	// index's first entries however many sandboxes run (API-3's estimate: when room returns
+	// by TTL).
+	ExpiringFirst(ctx context.Context, from Expiry, limit int) ([]Expiry, error)
 	// EndedSandboxes returns the ids among ids whose sandbox is terminal, or that the store
 	// does not know: an agent that holds one of them should stop it (AGT-6).
 	EndedSandboxes(ctx context.Context, ids []string) ([]string, error)

@@ -740,14 +740,12 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal
 	}
 	st := berth.DrainStatus{AgentID: id, Draining: a.Status == berth.AgentDraining || a.DrainReason != "",
 		Reason: a.DrainReason, Remaining: []berth.DrainRemain{}}
-	sbs, err := s.store.Sandboxes(r.Context(), berth.SandboxFilter{AgentID: id, Limit: 100000})
+	sbs, err := s.store.Sandboxes(r.Context(), berth.SandboxFilter{AgentID: id, Live: true, Limit: 100000})
 	if err != nil {
 		return berth.Fault(err, "list sandboxes")
 	}
 	for _, sb := range sbs {
-		if !sb.State.Terminal() {
-			st.Remaining = append(st.Remaining, berth.DrainRemain{ID: sb.ID, State: sb.State})
-		}
+		st.Remaining = append(st.Remaining, berth.DrainRemain{ID: sb.ID, State: sb.State})
 	}
 	if st.Draining {
 		evs, err := s.store.Events(r.Context(), berth.EventFilter{Entity: "agent/" + id, Limit: 1000})

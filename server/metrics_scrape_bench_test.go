@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/pgtest"
 	"github.com/berth-dev/berth/store/postgres"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for seedRunning
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,7 +22,8 @@ import (
 //
 //	BERTH_BENCH_SCRAPE_AGENTS=10000 go test ./server -run '^$' -bench BenchmarkMetricsScrape -benchtime 10x
 func BenchmarkMetricsScrape(b *testing.B) {
-	st, agents := heldFleet(b, "BERTH_BENCH_SCRAPE")
+	st, _ := heldFleet(b, "BERTH_BENCH_SCRAPE")
+	agents := envInt("BERTH_BENCH_SCRAPE_AGENTS", 2000)
 	reg := prometheus.NewRegistry()
 	newMetrics(reg, st, 30*time.Second, 5*time.Minute, time.Now)
 	b.ResetTimer()
@@ -44,12 +47,13 @@ func BenchmarkMetricsScrape(b *testing.B) {
 // BenchmarkRetryAfterEstimate is one fresh Retry-After estimate of a refusal (API-3; the
 // estimate is kept a second, so a replica makes at most one a second) over the same fleet as
 // BenchmarkMetricsScrape (BERTH_BENCH_ESTIMATE_AGENTS, default 2,000, each holding
-// BERTH_BENCH_ESTIMATE_HELD, default 50; one guest in ten agents not yet measured). No
-// sandbox rows are seeded: it measures what the estimate reads of agents and held lists.
+// BERTH_BENCH_ESTIMATE_HELD, default 50; one guest in ten agents not yet measured), each held
+// sandbox a running row of its own (at 10,000 × 50, half a million), as a full fleet has.
 //
 //	BERTH_BENCH_ESTIMATE_AGENTS=10000 go test ./server -run '^$' -bench BenchmarkRetryAfterEstimate -benchtime 10x
 func BenchmarkRetryAfterEstimate(b *testing.B) {
-	st, _ := heldFleet(b, "BERTH_BENCH_ESTIMATE")
+	st, url := heldFleet(b, "BERTH_BENCH_ESTIMATE")
+	seedRunning(b, url)
 	cfg := DefaultConfig()
 	cfg.Clock = time.Now
 	s := newScheduler(st, cfg, nil, newMetrics(prometheus.NewRegistry(), st, cfg.StaleAfter, cfg.DeadAfter, time.Now))
@@ -67,12 +71,13 @@ func BenchmarkRetryAfterEstimate(b *testing.B) {
 
 // heldFleet seeds a throwaway PostgreSQL with <prefix>_AGENTS agents (default 2,000) holding
 // <prefix>_HELD sandboxes each (default 50, measured but for one guest of every tenth agent)
-// and returns its store and the number of agents.
-func heldFleet(b *testing.B, prefix string) (*postgres.Store, int) {
+// and returns its store and its database's URL.
+func heldFleet(b *testing.B, prefix string) (*postgres.Store, string) {
 	agents := envInt(prefix+"_AGENTS", 2000)
 	held := envInt(prefix+"_HELD", 50)
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, pgtest.Start(b).NewDatabase(b))
+	url := pgtest.Start(b).NewDatabase(b)
+	st, err := postgres.Open(ctx, url)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,5 +95,27 @@ func heldFleet(b *testing.B, prefix string) (*postgres.Store, int) {
 			b.Fatal(err)
 		}
 	}
-	return st, agents
+	return st, url
+}
+
+// seedRunning gives every sandbox the agents of heldFleet hold a running row of its own (512
+// MiB, stateless, expiring within the next 30 minutes), in one statement.
+func seedRunning(b *testing.B, url string) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now().UnixMilli()
+	_, err = db.ExecContext(context.Background(), `INSERT INTO sandboxes (id, template, tenant, agent_id, state, memory_mb, vcpus, created_at, expires_at)
+		SELECT h.sandbox_id, 'python', 't', h.agent_id, 'running', 512, 1, $1::bigint, $1::bigint + 60000 + (hashtext(h.sandbox_id)::bigint & 1048575)
+		FROM agent_held h`, now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, q := range []string{`VACUUM ANALYZE sandboxes`, `VACUUM ANALYZE agent_held`} {
+		if _, err := db.ExecContext(context.Background(), q); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -114,7 +114,7 @@ func TestMetricsScrapeReadsNoHeldLists(t *testing.T) {
 	}
 }
 
-// cancellingStore answers Sandboxes with one running sandbox on a1 expiring in 30 s, but
+// cancellingStore answers ExpiringFirst with one running sandbox on a1 expiring in 30 s, but
 // first calls cancelMe (once), as a refusal's client going away mid-read does; a read whose
 // context is done fails as a real store's would. failReservations fails that many reads.
 type cancellingStore struct {
@@ -125,7 +125,7 @@ type cancellingStore struct {
 	reservations     int
 }
 
-func (c *cancellingStore) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.Sandbox, error) {
+func (c *cancellingStore) ExpiringFirst(ctx context.Context, _ berth.Expiry, _ int) ([]berth.Expiry, error) {
 	if c.cancelMe != nil {
 		c.cancelMe()
 		c.cancelMe = nil
@@ -133,10 +133,7 @@ func (c *cancellingStore) Sandboxes(ctx context.Context, f berth.SandboxFilter) 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if f.State != berth.SandboxRunning {
-		return nil, nil
-	}
-	return []berth.Sandbox{{ID: "sb-1", AgentID: "a1", State: berth.SandboxRunning, ExpiresAt: c.now.Add(30 * time.Second)}}, nil
+	return []berth.Expiry{{SandboxID: "sb-1", AgentID: "a1", At: c.now.Add(30 * time.Second)}}, nil
 }
 
 func (c *cancellingStore) Reservations(ctx context.Context) ([]berth.Reservation, error) {

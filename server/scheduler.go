@@ -523,47 +523,85 @@ func (s *scheduler) keptRetryAfter() (time.Duration, int64, bool) {
 
 // estimate reads the store for retryAfter: the TTL estimate (the earliest expiry on the open
 // hosts plus one heartbeat, clamped into [1 s, 60 s]; 5 s when nothing there expires) and the
-// room reserves give back soon (reserveRoom). Of the held lists it reads only the unmeasured
-// guests (Store.UnmeasuredHeld); the open hosts' modes and admittable MiB are the snapshot's.
+// room reserves give back soon (reserveRoom). It reads the first expiries on open hosts
+// (firstExpiry), the ledger, the unmeasured guests (Store.UnmeasuredHeld) and the sandboxes
+// those two name (Store.SandboxesByID) — never every running sandbox, which at 10,000 hosts
+// is half a million rows; the open hosts' modes and admittable MiB are the snapshot's.
 // complete is false when a read failed: the figures stand on what was read.
 func (s *scheduler) estimate(ctx context.Context, now time.Time, open map[string]placement.Host) (d time.Duration, soon int64, complete bool) {
-	complete = true
 	earliest := time.Time{}
 	consider := func(agent string, t time.Time) {
 		if _, ok := open[agent]; ok && t.After(now) && (earliest.IsZero() || t.Before(earliest)) {
 			earliest = t
 		}
 	}
-	live := map[string]berth.Sandbox{} // running and starting sandboxes by id, for reserveRoom
-	for _, state := range []berth.SandboxState{berth.SandboxRunning, berth.SandboxStarting} {
-		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: state, Limit: 100000})
-		if err != nil {
-			complete = false
-			continue
-		}
-		for _, sb := range sbs {
-			live[sb.ID] = sb
-			if state == berth.SandboxRunning {
-				consider(sb.AgentID, sb.ExpiresAt)
-			}
-		}
-	}
-	rs, err := s.store.Reservations(ctx)
-	complete = complete && err == nil
+	first, err1 := s.firstExpiry(ctx, now, open)
+	consider(first.AgentID, first.At)
+	rs, err2 := s.store.Reservations(ctx)
 	for _, r := range rs {
 		consider(r.AgentID, r.ExpiresAt)
 	}
+	unmeasured, err3 := s.store.UnmeasuredHeld(ctx)
+	live, err4 := s.liveNamed(ctx, rs, unmeasured)
 	soon = -1
-	if unmeasured, err := s.store.UnmeasuredHeld(ctx); err == nil {
+	if err3 == nil && err4 == nil {
 		soon = reserveRoom(open, unmeasured, live, rs)
-	} else {
-		complete = false
 	}
 	d = 5 * time.Second
 	if !earliest.IsZero() {
 		d = min(max(earliest.Sub(now)+s.cfg.HeartbeatInterval, time.Second), 60*time.Second)
 	}
-	return d, soon, complete
+	return d, soon, err1 == nil && err2 == nil && err3 == nil && err4 == nil
+}
+
+// Pages of firstExpiry: expiryPage running sandboxes a read, at most expiryPages reads.
+const (
+	expiryPage  = 256
+	expiryPages = 40
+)
+
+// firstExpiry returns the running sandbox on an open host whose TTL ends first after now (the
+// zero Expiry when none does), reading sandboxes in order of expiry a page at a time. Past
+// expiryPages pages — over 10,000 sandboxes that expire sooner, all on closed hosts — it
+// gives up with an error, and the estimate stands on the ledger alone.
+func (s *scheduler) firstExpiry(ctx context.Context, now time.Time, open map[string]placement.Host) (berth.Expiry, error) {
+	from := berth.Expiry{At: now}
+	for range expiryPages {
+		page, err := s.store.ExpiringFirst(ctx, from, expiryPage)
+		if err != nil {
+			return berth.Expiry{}, err
+		}
+		for _, e := range page {
+			if _, ok := open[e.AgentID]; ok && e.At.After(now) {
+				return e, nil
+			}
+		}
+		if len(page) < expiryPage {
+			return berth.Expiry{}, nil
+		}
+		from = page[len(page)-1]
+	}
+	return berth.Expiry{}, fmt.Errorf("no running sandbox on an open host among the %d expiring first", expiryPage*expiryPages)
+}
+
+// liveNamed reads the sandboxes the reservations rs and the unmeasured guests name and
+// returns those running or starting, by id (reserveRoom's live).
+func (s *scheduler) liveNamed(ctx context.Context, rs []berth.Reservation, unmeasured map[string][]string) (map[string]berth.Sandbox, error) {
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.SandboxID)
+	}
+	for _, guests := range unmeasured {
+		ids = append(ids, guests...)
+	}
+	sbs, err := s.store.SandboxesByID(ctx, ids)
+	live := make(map[string]berth.Sandbox, len(sbs))
+	for _, sb := range sbs {
+		if sb.State == berth.SandboxRunning || sb.State == berth.SandboxStarting {
+			live[sb.ID] = sb
+		}
+	}
+	return live, err
 }
 
 // reserveHint is how long until a reserve held now has been measured and reported: one

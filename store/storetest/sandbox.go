@@ -453,3 +453,79 @@ func testEndedSandboxesLongList(t *testing.T, s berth.Store) {
 		t.Fatalf("EndedSandboxes of 1300 ids (-want +got):\n%s", diff)
 	}
 }
+
+// testSandboxReads: the reads a refusal's estimate and a drain's status make (API-3, C11).
+// ExpiringFirst lists running sandboxes with an expiry by (expiry, id), pages exactly by its
+// cursor — ties of one millisecond included — and leaves out what does not run;
+// SandboxesByID answers known ids once each, at any length; SandboxFilter.Live keeps a live
+// sandbox however many ended ones are newer.
+func testSandboxReads(t *testing.T, s berth.Store) {
+	ctx := t.Context()
+	mk := func(id, agent string, st berth.SandboxState, expires time.Time) {
+		sb := sandbox(id, "acme", agent, st)
+		sb.ExpiresAt = expires
+		mustCreate(t, s, sb, T0)
+	}
+	mk("e-late", "a1", berth.SandboxRunning, at(3*time.Minute))
+	mk("e-tie-b", "a2", berth.SandboxRunning, at(time.Minute))
+	mk("e-tie-a", "a1", berth.SandboxRunning, at(time.Minute))
+	mk("e-first", "a2", berth.SandboxRunning, at(30*time.Second))
+	mk("e-none", "a1", berth.SandboxRunning, time.Time{})
+	mk("e-starting", "a1", berth.SandboxStarting, at(time.Second))
+	mk("e-ended", "a1", berth.SandboxRunning, at(2*time.Second))
+	mustTransition(t, s, "e-ended", berth.SandboxStopped, "test", T0)
+
+	var got []string
+	for from := (berth.Expiry{}); len(got) < 10; {
+		page, err := s.ExpiringFirst(ctx, from, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			got = append(got, e.SandboxID+"@"+e.AgentID+"+"+e.At.Sub(T0).String())
+		}
+		if len(page) < 2 {
+			break
+		}
+		from = page[len(page)-1]
+	}
+	want := []string{"e-first@a2+30s", "e-tie-a@a1+1m0s", "e-tie-b@a2+1m0s", "e-late@a1+3m0s"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ExpiringFirst in pages of 2 (-want +got):\n%s", diff)
+	}
+	after, err := s.ExpiringFirst(ctx, berth.Expiry{At: at(time.Minute)}, 10)
+	if err != nil || len(after) != 3 || after[0].SandboxID != "e-tie-a" {
+		t.Errorf("ExpiringFirst after the tie's time with no id = %v, %v; want both of the tie, then e-late", after, err)
+	}
+
+	ids := []string{"e-late", "e-ended", "nope", "e-late"}
+	for i := range 1200 {
+		ids = append(ids, fmt.Sprintf("unknown-%04d", i))
+	}
+	ids = append(ids, "e-first")
+	sbs, err := s.SandboxesByID(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]berth.SandboxState{}
+	for _, sb := range sbs {
+		byID[sb.ID] = sb.State
+	}
+	wantByID := map[string]berth.SandboxState{"e-late": berth.SandboxRunning, "e-ended": berth.SandboxStopped, "e-first": berth.SandboxRunning}
+	if diff := cmp.Diff(wantByID, byID); diff != "" || len(sbs) != 3 {
+		t.Errorf("SandboxesByID of 1,205 ids, 3 known, one repeated: %d answers (-want +got):\n%s", len(sbs), diff)
+	}
+
+	mk("d-live", "a3", berth.SandboxRunning, at(time.Hour))
+	for i := range 5 {
+		id := fmt.Sprintf("d-ended-%d", i)
+		sb := sandbox(id, "acme", "a3", berth.SandboxRunning)
+		sb.CreatedAt = T0.Add(time.Duration(i+1) * time.Second)
+		mustCreate(t, s, sb, T0)
+		mustTransition(t, s, id, berth.SandboxStopped, "test", T0)
+	}
+	live, err := s.Sandboxes(ctx, berth.SandboxFilter{AgentID: "a3", Live: true, Limit: 2})
+	if err != nil || len(live) != 1 || live[0].ID != "d-live" {
+		t.Errorf("Sandboxes(a3, Live, Limit 2) = %v, %v; want d-live alone past five newer ended", live, err)
+	}
+}

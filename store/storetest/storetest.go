@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"EndedSandboxes", one(testEndedSandboxes)},
 		{"HeldEnded", one(testHeldEnded)},
 		{"EndedSandboxesLongList", one(testEndedSandboxesLongList)},
+		{"SandboxReads", one(testSandboxReads)},
 		{"EventsUntilAndTo", one(testEventsUntilAndTo)},
 		{"LogEvents", one(testLogEvents)},
 		{"PinVolume", one(testPinVolume)},

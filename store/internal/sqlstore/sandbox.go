@@ -176,6 +176,9 @@ func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.S
 	if f.AgentID != "" {
 		add("agent_id", f.AgentID)
 	}
+	if f.Live {
+		where, args = append(where, "state NOT IN "+inTerminal), append(args, terminalStates...)
+	}
 	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -420,6 +423,51 @@ func (s *Store) scanSandbox(r scanner) (berth.Sandbox, error) {
 		}
 	}
 	return sb, nil
+}
+
+// SandboxesByID implements berth.SandboxStore: reads by the primary key, inChunk ids a
+// statement.
+func (s *Store) SandboxesByID(ctx context.Context, ids []string) ([]berth.Sandbox, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	out := make([]berth.Sandbox, 0, len(ids))
+	err := s.queryIn(ctx, "sandboxes by id", `SELECT `+sandboxColumns+` FROM sandboxes WHERE `, nil, "id", ids, "", func(rows Rows) error {
+		sb, err := s.scanSandbox(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, sb)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ExpiringFirst implements berth.SandboxStore (API-3) by the sandboxes_state_expiry index
+// (migration 14): the cursor is a row-value comparison on its trailing columns.
+func (s *Store) ExpiringFirst(ctx context.Context, from berth.Expiry, limit int) ([]berth.Expiry, error) {
+	rows, err := s.pool().query(ctx, `SELECT id, agent_id, expires_at FROM sandboxes
+		WHERE state = ? AND expires_at IS NOT NULL AND (expires_at, id) > (?, ?)
+		ORDER BY expires_at, id LIMIT ?`, string(berth.SandboxRunning), ms(from.At), from.SandboxID, limit)
+	if err != nil {
+		return nil, s.errorf("sandboxes by expiry: %w", err)
+	}
+	defer rows.Close()
+	var out []berth.Expiry
+	for rows.Next() {
+		var e berth.Expiry
+		var at int64
+		if err := rows.Scan(&e.SandboxID, &e.AgentID, &at); err != nil {
+			return nil, s.errorf("sandboxes by expiry: %w", err)
+		}
+		e.At = fromMS(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.errorf("sandboxes by expiry: %w", err)
+	}
+	return out, nil
 }
 
 // HeldEnded implements berth.SandboxStore (AGT-6): one read of agentID's held list joined
