@@ -179,6 +179,9 @@ type Agent struct {
 	QuarantinedUntil time.Time `json:"quarantined_until,omitzero"`
 	// LastSeenS is the heartbeat age in seconds, filled in for API answers only (§13).
 	LastSeenS float64 `json:"last_seen_s"`
+	// HeldCount is how many sandboxes the latest heartbeat holds, filled in for API answers
+	// only: with GET /v1/agents?held=count it is there and Sandboxes is empty.
+	HeldCount int `json:"held_count"`
 }
 
 // QuarantinePolicy says when a host that keeps failing creates leaves placement (PLC-9):

@@ -54,6 +54,10 @@ type AgentStore interface {
 	// the held rows, not a read of them: a guest is measured within about a second of
 	// starting, so few are unmeasured at any time.
 	UnmeasuredHeld(ctx context.Context) (map[string][]string, error)
+	// HeldCounts returns how many sandboxes each agent's latest heartbeat holds, by agent id
+	// (an agent holding none is absent): what a fleet listing shows of the held lists without
+	// reading them (GET /v1/agents?held=count).
+	HeldCounts(ctx context.Context) (map[string]int, error)
 	// Agent returns one agent or an error wrapping ErrNotFound.
 	Agent(ctx context.Context, id string) (Agent, error)
 	// SetAgentDrain marks (draining=true) or clears an operator drain, with an event.

@@ -17,13 +17,24 @@ func (c *Client) Templates(ctx context.Context) ([]berth.Template, error) {
 	return out.Templates, err
 }
 
-// Agents lists the agents with their latest heartbeat and its age in LastSeenS (GET
-// /v1/agents).
+// Agents lists the agents with their latest heartbeat, every held sandbox included, and its
+// age in LastSeenS (GET /v1/agents).
 func (c *Client) Agents(ctx context.Context) ([]berth.Agent, error) {
+	return c.agents(ctx, "/v1/agents")
+}
+
+// AgentCounts is Agents with each held list left out (Sandboxes empty) and counted in
+// HeldCount (GET /v1/agents?held=count): at 10,000 hosts, a read of the agent table instead
+// of half a million held rows.
+func (c *Client) AgentCounts(ctx context.Context) ([]berth.Agent, error) {
+	return c.agents(ctx, "/v1/agents?held=count")
+}
+
+func (c *Client) agents(ctx context.Context, path string) ([]berth.Agent, error) {
 	var out struct {
 		Agents []berth.Agent `json:"agents"`
 	}
-	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/agents", idempotent: true}, &out)
+	err := c.call(ctx, request{method: http.MethodGet, path: path, idempotent: true}, &out)
 	return out.Agents, err
 }
 

@@ -60,9 +60,9 @@ func (s *Server) putTemplate(w http.ResponseWriter, r *http.Request, _ principal
 // listAgents is GET /v1/agents: the AGT-1 fields plus last_seen_s; status shows the derived
 // stale and dead states (LIF-1).
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal) error {
-	as, err := s.store.Agents(r.Context())
+	as, err := s.agentsHeld(r.Context(), r.URL.Query().Get("held"))
 	if err != nil {
-		return berth.Fault(err, "list agents")
+		return err
 	}
 	now := s.cfg.Clock()
 	for i := range as {
@@ -75,6 +75,40 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ principal)
 	}
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"agents": as})
 	return nil
+}
+
+// agentsHeld reads every agent for GET /v1/agents with HeldCount filled in; held is the
+// query's held=: "list" or "" for every held list, "count" for the counts alone — at 10,000
+// hosts holding 50 each, half a million rows fewer to read and send (the dashboard's and the
+// CLI's listing). Any other value is a 400.
+func (s *Server) agentsHeld(ctx context.Context, held string) ([]berth.Agent, error) {
+	switch held {
+	case "", "list":
+		as, err := s.store.Agents(ctx)
+		if err != nil {
+			return nil, berth.Fault(err, "list agents")
+		}
+		for i := range as {
+			as[i].HeldCount = len(as[i].Sandboxes)
+		}
+		return as, nil
+	case "count":
+		as, err := fleetAgents(ctx, s.store)
+		if err != nil {
+			return nil, berth.Fault(err, "list agents")
+		}
+		counts, err := s.store.HeldCounts(ctx)
+		if err != nil {
+			return nil, berth.Fault(err, "count held sandboxes")
+		}
+		for i := range as {
+			as[i].Sandboxes = []berth.HeldSandbox{}
+			as[i].HeldCount = counts[as[i].AgentID]
+		}
+		slices.SortFunc(as, func(a, b berth.Agent) int { return strings.Compare(a.AgentID, b.AgentID) })
+		return as, nil
+	}
+	return nil, berth.Errorf(berth.EInvalidRequest, "held must be list or count, not %q", held)
 }
 
 type drainBody struct {

@@ -119,3 +119,23 @@ func seedRunning(b *testing.B, url string) {
 		}
 	}
 }
+
+// BenchmarkListAgents is the store side of GET /v1/agents over the fleet of heldFleet
+// (BERTH_BENCH_LIST_AGENTS agents, default 2,000, holding BERTH_BENCH_LIST_HELD each, default
+// 50): held=list reads every held list, held=count (the dashboard's and `berth agents list`'s
+// read) the agent table and a count per agent.
+//
+//	BERTH_BENCH_LIST_AGENTS=10000 go test ./server -run '^$' -bench BenchmarkListAgents -benchtime 10x
+func BenchmarkListAgents(b *testing.B) {
+	st, _ := heldFleet(b, "BERTH_BENCH_LIST")
+	s := &Server{store: st, cfg: DefaultConfig()}
+	for _, held := range []string{"list", "count"} {
+		b.Run("held="+held, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.agentsHeld(context.Background(), held); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

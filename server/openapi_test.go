@@ -408,6 +408,8 @@ func TestOpenAPI_AnswersMatchTheDocument(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // real: the agent joins and heartbeats over loopback HTTP
 	}
 	o.do(oaCall{method: "GET", path: "/v1/agents", key: admin, want: 200})
+	o.do(oaCall{method: "GET", path: "/v1/agents?held=count", key: admin, want: 200})
+	o.do(oaCall{method: "GET", path: "/v1/agents?held=everything", key: admin, want: 400, code: berth.EInvalidRequest, invalid: true})
 	o.do(oaCall{method: "GET", path: "/v1/agents", key: tenant, want: 403, code: berth.EForbidden})
 	o.do(oaCall{method: "GET", path: "/v1/agents/credentials", key: admin, want: 200})
 	o.do(oaCall{method: "GET", path: "/v1/agents/oa-agent/drain", key: admin, want: 200})

@@ -72,7 +72,7 @@ type noHeldLists struct {
 }
 
 func (n noHeldLists) Agents(context.Context) ([]berth.Agent, error) {
-	n.t.Error("a metrics scrape read every agent's held list")
+	n.t.Error("every agent's held list was read")
 	return nil, nil
 }
 

@@ -200,6 +200,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 func newAgentsCmd(cf *clientFlags) *cobra.Command {
 	var listOut, statusOut, credsOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "agents", Aliases: []string{"agent-list"}, Short: "Inspect the fleet's agents"}
+	var heldLists bool
 	list := &cobra.Command{
 		Use: "list", Short: "List agents with their admission figures", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -207,7 +208,11 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			as, err := c.Agents(cmd.Context())
+			read := c.AgentCounts
+			if heldLists {
+				read = c.Agents
+			}
+			as, err := read(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -215,6 +220,7 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	listOut = withOutput(list, outTable)
+	list.Flags().BoolVar(&heldLists, "held-lists", false, "include every held sandbox in -o json/yaml (by default only held_count)")
 	var reason string
 	drain := &cobra.Command{
 		Use: "drain ID", Short: "Cordon an agent: no new placements there (AGT-5)", Args: cobra.ExactArgs(1),

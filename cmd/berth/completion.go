@@ -75,7 +75,7 @@ func sandboxIDsWhere(ctx context.Context, c *client.Client, keep func(berth.Sand
 }
 
 func agentIDs(ctx context.Context, c *client.Client) ([]string, error) {
-	as, err := c.Agents(ctx)
+	as, err := c.AgentCounts(ctx)
 	ids := make([]string, 0, len(as))
 	for _, a := range as {
 		ids = append(ids, a.AgentID)

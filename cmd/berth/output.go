@@ -142,7 +142,7 @@ func agentTable(as ...berth.Agent) table {
 		row(w, "ID", "STATUS", "ADMISSION", "TOTAL_MB", "USED_MB", "COMMITTED_MB", "ADMITTABLE_MB", "SANDBOXES", "LAST_SEEN_S")
 		for _, a := range as {
 			row(w, a.AgentID, a.Status, a.MemoryAdmission, a.MemoryMiBTotal, a.MemoryMiBUsed, a.MemoryMiBCommitted,
-				a.MemoryMiBAdmittable, len(a.Sandboxes), fmt.Sprintf("%.1f", a.LastSeenS))
+				a.MemoryMiBAdmittable, a.HeldCount, fmt.Sprintf("%.1f", a.LastSeenS))
 		}
 	}
 }

@@ -363,6 +363,11 @@ func TestDashboardAt10000Hosts(t *testing.T) {
 			Status: berth.AgentActive, IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, HeartbeatAt: now,
 			CPUTotal: 16, MemoryMiBTotal: 65536, MemoryMiBCommitted: int64(i % 60000), MemoryMiBAdmittable: 65536 - int64(i%60000),
 			MemoryPressure: float64(i%20) + 0.5} // PSI percent: fleet-09999's is 19.5
+		if i == n-1 {
+			for j := range 7 {
+				hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: fmt.Sprintf("sb-held-%d", j), Measured: true})
+			}
+		}
 		if _, err := st.Store.ApplyHeartbeat(ctx, hb, now); err != nil {
 			t.Fatalf("heartbeat %d: %v", i, err)
 		}
@@ -396,6 +401,11 @@ func TestDashboardAt10000Hosts(t *testing.T) {
 		` return document.querySelector('#view-fleet tr[data-key="fleet-09999"]').children[i]; })()`
 	if got := pageEval[string](t, bctx, cell+`.innerText + " " + `+cell+`.className`); got != "19.5% num hot" {
 		t.Errorf("fleet-09999's pressure cell reads %q, want \"19.5%% num hot\"", got)
+	}
+	// The held lists are counted by the server (GET /v1/agents?held=count), not sent.
+	held := strings.ReplaceAll(cell, `"pressure"`, `"sandboxes"`)
+	if got := pageEval[string](t, bctx, held+`.innerText`); got != "7" {
+		t.Errorf("fleet-09999's sandboxes cell reads %q, want 7", got)
 	}
 }
 

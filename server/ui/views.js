@@ -87,8 +87,9 @@ function eventsLink(td, entity) {
   if (a.getAttribute("href") !== href) a.setAttribute("href", href);
 }
 
-// FleetView: one row per host from GET /v1/agents, with the ledger's reservations per host
-// from GET /v1/reservations, and drain / undrain for each (admin only).
+// FleetView: one row per host from GET /v1/agents?held=count (held lists counted, not sent),
+// with the ledger's reservations per host from GET /v1/reservations, and drain / undrain for
+// each (admin only).
 export class FleetView {
   constructor(ctx) {
     this.ctx = ctx;
@@ -133,7 +134,7 @@ export class FleetView {
         { key: "intake", label: "Intake", text: (a) => (a.intake_open ? "open" : "closed"), cls: (a) => (a.intake_open ? "" : "warn-text") },
         { key: "heartbeat", label: "Heartbeat", num, text: (a) => f.age(a.last_seen_s) + " ago", sort: (a) => a.last_seen_s || 0 },
         { key: "quarantine", label: "Quarantine", text: (a) => quarantine(a), sort: (a) => a.create_failures || 0 },
-        { key: "sandboxes", label: "Sandboxes", num, text: (a) => f.count((a.sandboxes || []).length), sort: (a) => (a.sandboxes || []).length },
+        { key: "sandboxes", label: "Sandboxes", num, text: (a) => f.count(a.held_count || 0), sort: (a) => a.held_count || 0 },
         { key: "action", label: "", sortable: false, text: () => "", render: (td, a) => this.action(td, a) },
       ],
     });
@@ -142,7 +143,7 @@ export class FleetView {
   show() {}
 
   async refresh() {
-    const [ag, rs] = await Promise.all([get("/v1/agents"), get("/v1/reservations")]);
+    const [ag, rs] = await Promise.all([get("/v1/agents?held=count"), get("/v1/reservations")]);
     const reserved = new Map();
     for (const r of rs.reservations || []) reserved.set(r.agent_id, (reserved.get(r.agent_id) || 0) + (r.mb || 0));
     this.reserved = reserved;

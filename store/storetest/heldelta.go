@@ -223,9 +223,20 @@ func testUsualDeltaKeepsOrder(t *testing.T, s berth.Store) {
 
 // testUnmeasuredHeld: UnmeasuredHeld lists exactly the held sandboxes the latest applied
 // heartbeats left unmeasured, by agent; a delta that measures one takes it off, and an agent
-// holding only measured guests is not there.
+// holding only measured guests is not there. HeldCounts counts every held sandbox by agent,
+// measured or not, starting or not, through the same heartbeats.
 func testUnmeasuredHeld(t *testing.T, s berth.Store) {
 	ctx := t.Context()
+	counts := func(w map[string]int) {
+		t.Helper()
+		got, err := s.HeldCounts(ctx)
+		if err != nil {
+			t.Fatalf("HeldCounts: %v", err)
+		}
+		if diff := cmp.Diff(w, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("held counts (-want +got):\n%s", diff)
+		}
+	}
 	want := func(w map[string][]string) {
 		t.Helper()
 		got, err := s.UnmeasuredHeld(ctx)
@@ -240,6 +251,7 @@ func testUnmeasuredHeld(t *testing.T, s berth.Store) {
 		}
 	}
 	want(nil)
+	counts(nil)
 	a1 := heartbeat("a1", 2048)
 	a1.BootID, a1.Seq = "b1", 1
 	a1.Sandboxes = []berth.HeldSandbox{{ID: "sb-1", ResidentMiB: 10, Measured: true}, {ID: "sb-2"}, {ID: "sb-3", Starting: true}}
@@ -248,6 +260,7 @@ func testUnmeasuredHeld(t *testing.T, s berth.Store) {
 	a2.Sandboxes = []berth.HeldSandbox{{ID: "sb-4", ResidentMiB: 20, Measured: true}}
 	record(t, s, a2, T0)
 	want(map[string][]string{"a1": {"sb-2", "sb-3"}})
+	counts(map[string]int{"a1": 3, "a2": 1})
 
 	d := a1
 	d.Seq, d.Delta, d.BaseSeq = 2, true, 1
@@ -256,4 +269,7 @@ func testUnmeasuredHeld(t *testing.T, s berth.Store) {
 		t.Fatalf("delta measuring sb-2: %+v; want applied", res)
 	}
 	want(map[string][]string{"a1": {"sb-3"}})
+	a2.Sandboxes, a2.Seq = nil, a2.Seq+1
+	record(t, s, a2, at(time.Second))
+	counts(map[string]int{"a1": 3})
 }

@@ -152,6 +152,28 @@ func (s *Store) UnmeasuredHeld(ctx context.Context) (map[string][]string, error)
 	return out, nil
 }
 
+// HeldCounts implements berth.Store: one grouped read of agent_held's primary key.
+func (s *Store) HeldCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool().query(ctx, `SELECT agent_id, COUNT(*) FROM agent_held GROUP BY agent_id`)
+	if err != nil {
+		return nil, s.errorf("held counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var agent string
+		var n int
+		if err := rows.Scan(&agent, &n); err != nil {
+			return nil, s.errorf("held counts: %w", err)
+		}
+		out[agent] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.errorf("held counts: %w", err)
+	}
+	return out, nil
+}
+
 // Agent returns agent id or an error wrapping berth.ErrNotFound.
 func (s *Store) Agent(ctx context.Context, id string) (berth.Agent, error) {
 	a, err := s.scanAgent(s.pool().queryRow(ctx, `SELECT `+agentColumns+` FROM agents WHERE id = ?`, id))
