@@ -99,7 +99,7 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 			return err
 		}
 	}
-	if err := checkReason(b.Reason); err != nil {
+	if err := berth.CheckReason(b.Reason); err != nil {
 		return err
 	}
 	if draining && b.Reason == "" {
@@ -444,16 +444,6 @@ const maxHeldIDBytes = 128
 // maxAgentTextBytes bounds the text a heartbeat announces about its agent (address, version,
 // boot id, runtime name): a URL, a release and an id are far shorter.
 const maxAgentTextBytes = 1024
-
-// checkReason refuses reason text an operator sends (a drain's) that an event could not keep
-// whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get (a NUL
-// was refused as the body was decoded). The error is invalid_request.
-func checkReason(reason string) error {
-	if len(reason) > ReasonExcerptBytes {
-		return berth.Errorf(berth.EInvalidRequest, "reason is %d bytes; it must be at most %d", len(reason), ReasonExcerptBytes)
-	}
-	return nil
-}
 
 // agentIDParam is the {id} of an /v1/agents/{id}/… route, refused as invalid_request when it
 // is not an agent id at all (berth.CheckAgentID: a NUL byte or invalid UTF-8 would otherwise
