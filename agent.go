@@ -2,7 +2,9 @@ package berth
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // AgentStatus is the status an agent declares (LIF-1). Stale and dead are derived from the
@@ -285,6 +287,25 @@ func CheckAgentID(id string) error {
 	}
 	if !ok {
 		return Errorf(EInvalidRequest, "agent_id %q must be 1–128 characters of letters, digits, '.', '-', '_' and ':'", id)
+	}
+	return nil
+}
+
+// MaxReasonBytes bounds a reason an operator gives a drain (AGT-5), in bytes: 512, the bound
+// the reasons of apps' events get (the server's ReasonExcerptBytes is this constant).
+const MaxReasonBytes = 512
+
+// CheckReason refuses drain reason text that an event could not keep whole: more than
+// MaxReasonBytes bytes, a NUL character (PostgreSQL takes none in text) or bytes that are not
+// UTF-8. The server checks the reason of POST /v1/agents/{id}/drain with it and the agent the
+// one its /internal/drain?reason= is given, so a reason is held to one bound on both sides.
+// The error is invalid_request.
+func CheckReason(reason string) error {
+	switch {
+	case len(reason) > MaxReasonBytes:
+		return Errorf(EInvalidRequest, "reason is %d bytes; it must be at most %d", len(reason), MaxReasonBytes)
+	case strings.IndexByte(reason, 0) >= 0 || !utf8.ValidString(reason):
+		return Errorf(EInvalidRequest, "reason must be UTF-8 text without a NUL character")
 	}
 	return nil
 }

@@ -49,3 +49,18 @@ func TestCheckAgentID(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckReason: a drain reason of up to MaxReasonBytes bytes of UTF-8 passes, counted in
+// bytes, not characters; one byte more, a NUL or invalid UTF-8 is invalid_request (AGT-5).
+func TestCheckReason(t *testing.T) {
+	for _, ok := range []string{"", "operator", "spot notice ⏎ maintenance", strings.Repeat("x", MaxReasonBytes), strings.Repeat("é", MaxReasonBytes/2)} {
+		if err := CheckReason(ok); err != nil {
+			t.Errorf("CheckReason(%d bytes) = %v, want nil", len(ok), err)
+		}
+	}
+	for _, bad := range []string{strings.Repeat("x", MaxReasonBytes+1), strings.Repeat("é", MaxReasonBytes/2) + "x", "a\x00b", "a\xffb", "\xc3"} {
+		if err := CheckReason(bad); ErrorCode(err) != EInvalidRequest {
+			t.Errorf("CheckReason(%q…, %d bytes) = %v, want invalid_request", bad[:min(len(bad), 8)], len(bad), err)
+		}
+	}
+}

@@ -228,8 +228,12 @@ type EventStore interface {
 
 // TenantStore keeps tenants and hashed API keys.
 type TenantStore interface {
-	// PutTenant creates a tenant if it does not exist.
-	PutTenant(ctx context.Context, t Tenant) error
+	// PutTenant creates tenant t unless one of its name exists, atomically, and reports
+	// whether this call created it: created is false, and the stored tenant is left as it is
+	// (its created_at, keys and quota), when the name is taken — also by a call on another
+	// replica in the same millisecond (POST /v1/tenants answers 201 or 409 from it). An
+	// empty name is an error.
+	PutTenant(ctx context.Context, t Tenant) (created bool, err error)
 	// Tenants lists tenants ordered by name.
 	Tenants(ctx context.Context) ([]Tenant, error)
 	// PutAPIKey stores a key (its hash only). The tenant must exist.

@@ -26,7 +26,8 @@ const (
 //	DELETE /internal/sandboxes/{id}            → 204 (idempotent)
 //	POST   /internal/sandboxes/{id}/exec       berth.ExecRequest → 200 berth.ExecResult
 //	PUT    /internal/sandboxes/{id}/files?path → 204;  GET → 200 raw bytes
-//	POST   /internal/drain?reason=, /internal/undrain → 202 / 200
+//	POST   /internal/drain?reason=, /internal/undrain → 202 / 200 (400 invalid_request for a
+//	                                           reason berth.CheckReason refuses)
 //	GET    /internal/heartbeat                 → 200 berth.Heartbeat (what the agent would send now)
 //	POST   /internal/sandboxes/{id}/checkpoint berth.CheckpointRequest → 200 berth.CheckpointResult
 //	                                           (PAUSE-1; 501 unsupported without the capability)
@@ -50,10 +51,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /internal/sandboxes/{id}/exec", a.handleExec)
 	mux.HandleFunc("PUT /internal/sandboxes/{id}/files", a.handleWriteFile)
 	mux.HandleFunc("GET /internal/sandboxes/{id}/files", a.handleReadFile)
-	mux.HandleFunc("POST /internal/drain", func(w http.ResponseWriter, r *http.Request) {
-		a.Drain(r.URL.Query().Get("reason"))
-		w.WriteHeader(http.StatusAccepted)
-	})
+	mux.HandleFunc("POST /internal/drain", a.handleDrain)
 	mux.HandleFunc("POST /internal/undrain", func(w http.ResponseWriter, r *http.Request) {
 		a.Undrain()
 		w.WriteHeader(http.StatusOK)
@@ -113,6 +111,20 @@ func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
+}
+
+// handleDrain is POST /internal/drain?reason= (AGT-5): the reason is held to the bound the
+// server holds an operator's to (berth.CheckReason: at most 512 bytes of UTF-8, no NUL), since
+// it goes into the agent's heartbeats and from there into events; a refused reason drains
+// nothing.
+func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
+	reason := r.URL.Query().Get("reason")
+	if err := berth.CheckReason(reason); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	a.Drain(reason)
+	w.WriteHeader(http.StatusAccepted)
 }
 
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {

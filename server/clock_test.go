@@ -50,7 +50,7 @@ func newClockHarness(t *testing.T, st berth.Store) *clockHarness {
 	ctx := context.Background()
 	h := &clockHarness{clk: &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}, st: st, key: NewKeySecret()}
 	must(t, st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 512, VCPUs: 1}))
-	must(t, st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: h.clk.Now()}))
+	must(t, tenantErr(st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: h.clk.Now()})))
 	must(t, st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: HashKey(h.key), CreatedAt: h.clk.Now()}))
 	cfg := DefaultConfig()
 	cfg.NodeToken = "node-token"

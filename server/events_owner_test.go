@@ -22,7 +22,7 @@ func TestReusedAppNameStartsFreshHistory(t *testing.T) {
 	ctx := context.Background()
 	keys := map[string]string{}
 	for _, tenant := range []string{"a", "b"} {
-		must(t, h.st.PutTenant(ctx, berth.Tenant{Name: tenant, CreatedAt: now}))
+		must(t, tenantErr(h.st.PutTenant(ctx, berth.Tenant{Name: tenant, CreatedAt: now})))
 		keys[tenant] = NewKeySecret()
 		must(t, h.st.PutAPIKey(ctx, berth.APIKey{ID: "k-" + tenant, Tenant: tenant, Role: berth.RoleTenant,
 			Hash: HashKey(keys[tenant]), CreatedAt: now}))

@@ -133,7 +133,7 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 			return err
 		}
 	}
-	if err := checkReason(b.Reason); err != nil {
+	if err := berth.CheckReason(b.Reason); err != nil {
 		return err
 	}
 	if draining && b.Reason == "" {
@@ -479,16 +479,6 @@ const maxHeldIDBytes = 128
 // boot id, runtime name): a URL, a release and an id are far shorter.
 const maxAgentTextBytes = 1024
 
-// checkReason refuses reason text an operator sends (a drain's) that an event could not keep
-// whole: more than ReasonExcerptBytes bytes, the bound the reasons of apps' events get (a NUL
-// was refused as the body was decoded). The error is invalid_request.
-func checkReason(reason string) error {
-	if len(reason) > ReasonExcerptBytes {
-		return berth.Errorf(berth.EInvalidRequest, "reason is %d bytes; it must be at most %d", len(reason), ReasonExcerptBytes)
-	}
-	return nil
-}
-
 // agentIDParam is the {id} of an /v1/agents/{id}/… route, refused as invalid_request when it
 // is not an agent id at all (berth.CheckAgentID: a NUL byte or invalid UTF-8 would otherwise
 // reach the store and fail there as a 500).
@@ -660,7 +650,9 @@ type tenantBody struct {
 
 // createTenant is POST /v1/tenants {"name"} (admin): 201 with the new tenant. A name that is
 // taken is 409 conflict and the tenant is left as it is — its created_at, keys and quota —
-// as the CLI and the SDKs document ("an existing name is a conflict").
+// as the CLI and the SDKs document ("an existing name is a conflict"). The store says whether
+// this call created the row, so of creates racing on replicas, even in one millisecond,
+// exactly one answers 201.
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principal) error {
 	var b tenantBody
 	if err := httpjson.Decode(w, r, maxJSONBytes, &b); err != nil {
@@ -669,30 +661,23 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request, _ principa
 	if !nameRE.MatchString(b.Name) {
 		return berth.Errorf(berth.EInvalidRequest, "tenant name must be lowercase letters, digits, '.', '_' or '-', at most 63")
 	}
-	old, ok, err := s.tenant(r.Context(), b.Name)
-	if err != nil {
-		return err
-	}
-	if ok {
-		return tenantExists(old)
-	}
 	// Stores keep milliseconds: the answer holds the time as it is stored.
 	t := berth.Tenant{Name: b.Name, CreatedAt: s.cfg.Clock().UTC().Truncate(time.Millisecond)}
-	if err := s.store.PutTenant(r.Context(), t); err != nil {
+	created, err := s.store.PutTenant(r.Context(), t)
+	if err != nil {
 		return berth.Fault(err, "store tenant")
 	}
-	// PutTenant leaves a tenant that exists as it is: a create that won a race since the read
-	// above shows as another created_at.
-	stored, ok, err := s.tenant(r.Context(), b.Name)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return berth.Errorf(berth.EInternal, "tenant %q is not stored after its create", b.Name)
-	case !stored.CreatedAt.Equal(t.CreatedAt):
+	if !created {
+		stored, ok, err := s.tenant(r.Context(), b.Name)
+		switch {
+		case err != nil:
+			return err
+		case !ok: // tenants are never deleted
+			return berth.Errorf(berth.EInternal, "tenant %q is taken but not stored", b.Name)
+		}
 		return tenantExists(stored)
 	}
-	httpjson.WriteJSON(w, http.StatusCreated, stored)
+	httpjson.WriteJSON(w, http.StatusCreated, t)
 	return nil
 }
 

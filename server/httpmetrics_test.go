@@ -111,7 +111,7 @@ func TestPprof_AdminOnly(t *testing.T) {
 	h := newHarness(t, time.Millisecond)
 	tenantKey := NewKeySecret()
 	ctx := context.Background()
-	must(t, h.st.PutTenant(ctx, berth.Tenant{Name: "globex", CreatedAt: time.Now()}))
+	must(t, tenantErr(h.st.PutTenant(ctx, berth.Tenant{Name: "globex", CreatedAt: time.Now()})))
 	must(t, h.st.PutAPIKey(ctx, berth.APIKey{ID: "k-tenant", Tenant: "globex", Role: berth.RoleTenant, Hash: HashKey(tenantKey), CreatedAt: time.Now()}))
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
 		if code, body := h.get(t, path, ""); code != http.StatusUnauthorized {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,16 +79,16 @@ func TestQuotaRefusalSaysTheSizeAsked(t *testing.T) {
 	}
 }
 
-// racedTenants is a store where another replica creates the tenant between this replica's
-// read and its write.
+// racedTenants is a store where another replica creates the tenant, stamped other, just
+// before this replica's write.
 type racedTenants struct {
 	berth.Store
 	other time.Time
 }
 
-func (r racedTenants) PutTenant(ctx context.Context, t berth.Tenant) error {
-	if err := r.Store.PutTenant(ctx, berth.Tenant{Name: t.Name, CreatedAt: r.other}); err != nil {
-		return err
+func (r racedTenants) PutTenant(ctx context.Context, t berth.Tenant) (bool, error) {
+	if _, err := r.Store.PutTenant(ctx, berth.Tenant{Name: t.Name, CreatedAt: r.other}); err != nil {
+		return false, err
 	}
 	return r.Store.PutTenant(ctx, t)
 }
@@ -96,7 +97,8 @@ func (r racedTenants) PutTenant(ctx context.Context, t berth.Tenant) error {
 // that exists answered 201 with a new created_at each time, a record the store never held.
 // It is 409 conflict, as the CLI and the SDKs document, and the tenant is left as it is: its
 // created_at, quota and keys. A create that loses a race to another replica is a conflict
-// too, never a 201 with a time that is not stored.
+// too, never a 201 with a time that is not stored — also when both stamp the same
+// millisecond, which answered 201 twice while the server told the two apart by created_at.
 func TestCreateTenantTakenIsConflict(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 3, 1, 9, 0, 0, 123456789, time.UTC)}
 	h := newHarnessWith(t, func(c *Config) { c.Clock = clock.Now })
@@ -129,17 +131,27 @@ func TestCreateTenantTakenIsConflict(t *testing.T) {
 		t.Errorf("beta's quota after the second create: %+v %v; want max_sandboxes 3 kept", q, err)
 	}
 
-	// Another replica creates "gamma" between this one's read and its write.
-	other := clock.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	h.s.store = racedTenants{Store: h.s.store, other: other}
-	code, body = h.do(t, http.MethodPost, "/v1/tenants", `{"name":"gamma"}`)
-	if e := errorOf(t, body); code != http.StatusConflict || e.Code != berth.EConflict {
-		t.Errorf("create that lost a race: %d %s; want 409 conflict", code, body)
-	}
-	tenants, err = h.st.Tenants(ctx)
-	must(t, err)
-	if len(tenants) != 3 || tenants[2].Name != "gamma" || !tenants[2].CreatedAt.Equal(other) {
-		t.Errorf("tenants after the race: %+v; want gamma as the other replica made it (%s)", tenants, other)
+	// Another replica creates the tenant just before this one's write: a minute earlier
+	// ("delta"), or in the same millisecond ("gamma").
+	store := h.s.store
+	for _, tc := range []struct {
+		name  string
+		other time.Time
+	}{
+		{"delta", clock.Now().Add(-time.Minute).Truncate(time.Millisecond)},
+		{"gamma", clock.Now().Truncate(time.Millisecond)},
+	} {
+		h.s.store = racedTenants{Store: store, other: tc.other}
+		code, body = h.do(t, http.MethodPost, "/v1/tenants", `{"name":"`+tc.name+`"}`)
+		if e := errorOf(t, body); code != http.StatusConflict || e.Code != berth.EConflict {
+			t.Errorf("create of %s that lost a race: %d %s; want 409 conflict", tc.name, code, body)
+		}
+		tenants, err = h.st.Tenants(ctx)
+		must(t, err)
+		i := slices.IndexFunc(tenants, func(t berth.Tenant) bool { return t.Name == tc.name })
+		if i < 0 || !tenants[i].CreatedAt.Equal(tc.other) {
+			t.Errorf("tenants after the race for %s: %+v; want it as the other replica made it (%s)", tc.name, tenants, tc.other)
+		}
 	}
 }
 

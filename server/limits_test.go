@@ -21,7 +21,7 @@ func TestTenantOverItsRateGets429(t *testing.T) {
 	ctx := context.Background()
 	keys := map[string]string{}
 	for _, tenant := range []string{"hot", "calm"} {
-		must(t, h.st.PutTenant(ctx, berth.Tenant{Name: tenant, CreatedAt: time.Now()}))
+		must(t, tenantErr(h.st.PutTenant(ctx, berth.Tenant{Name: tenant, CreatedAt: time.Now()})))
 		keys[tenant] = NewKeySecret()
 		must(t, h.st.PutAPIKey(ctx, berth.APIKey{ID: "k-" + tenant, Tenant: tenant, Role: berth.RoleTenant, Hash: HashKey(keys[tenant]), CreatedAt: time.Now()}))
 	}

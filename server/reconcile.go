@@ -443,8 +443,9 @@ func oneLine(s string) string {
 
 // ReasonExcerptBytes bounds how much of a failure's text (which may carry a command's output,
 // e.g. service_exited's output tail) an app's reason and its events keep: the first 512
-// bytes, cut at a UTF-8 boundary and marked " …(cut)" (issue 15, point 6; docs/API.md).
-const ReasonExcerptBytes = 512
+// bytes, cut at a UTF-8 boundary and marked " …(cut)" (issue 15, point 6; docs/API.md). It
+// is the bound an operator's drain reason is refused past (berth.MaxReasonBytes).
+const ReasonExcerptBytes = berth.MaxReasonBytes
 
 // excerpt returns s cut to ReasonExcerptBytes.
 func excerpt(s string) string {

@@ -44,7 +44,7 @@ func newReplicaSet(t *testing.T, n int, mutate func(*Config)) *replicaSet {
 		}
 		if i == 0 {
 			must(t, st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 512, VCPUs: 1}))
-			must(t, st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()}))
+			must(t, tenantErr(st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()})))
 			must(t, st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: HashKey(rs.key), CreatedAt: time.Now()}))
 		}
 		cfg := DefaultConfig()
@@ -203,7 +203,7 @@ func TestPostgresOutage(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	key := NewKeySecret()
 	must(t, st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 512, VCPUs: 1}))
-	must(t, st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()}))
+	must(t, tenantErr(st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()})))
 	must(t, st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: HashKey(key), CreatedAt: time.Now()}))
 	a := newFakeAgent(t, "")
 	_, err = st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive, IntakeOpen: true,

@@ -37,9 +37,10 @@ func TestTRUST1_AgentCredentialBindsItsID(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	now := time.Now()
 	admin := server.NewKeySecret()
+	_, putErr := st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: now})
 	for _, err := range []error{
 		st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 256, VCPUs: 1}),
-		st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: now}),
+		putErr,
 		st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: server.HashKey(admin), CreatedAt: now}),
 	} {
 		if err != nil {
@@ -211,7 +212,7 @@ func TestTRUST1_HeartbeatCredentialCachedYetRevocable(t *testing.T) {
 	srv := httptest.NewServer(server.New(cfg, st).Handler())
 	t.Cleanup(srv.Close)
 	admin := server.NewKeySecret()
-	if err := st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()}); err != nil {
+	if _, err := st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.PutAPIKey(ctx, berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleAdmin, Hash: server.HashKey(admin), CreatedAt: time.Now()}); err != nil {

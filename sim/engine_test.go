@@ -258,6 +258,29 @@ func TestSIM1_IdleModel(t *testing.T) {
 	}
 }
 
+// TestSIM1_LifetimePastInt64 (`berth sim --lifetime 2562047h` admitted every create on one
+// host, `--lifetime-sigma 50` the same): a lognormal lifetime draw past 2^63 ns converted to
+// a negative int64 and the guest lived 1 s. Such a guest lives to the end of the run, as one
+// without a lifetime does: the two runs report the same.
+func TestSIM1_LifetimePastInt64(t *testing.T) {
+	m := IdleModel{Creates: 200, RatePerSec: 1, MemoryMiB: 4096, TouchMiB: 300, LifetimeMedian: 2562047 * time.Hour,
+		LifetimeSigma: 1, Seed: 1}
+	w := NewIdle(m)
+	for a, ok := w.Next(); ok; a, ok = w.Next() {
+		if a.Lifetime < int64(time.Hour) {
+			t.Fatalf("create %+v: lifetime %v drawn about a median of 292 years", a, time.Duration(a.Lifetime))
+		}
+	}
+	s := Scenario{Hosts: 1, HostMiB: 32 << 10, HeadroomMiB: 4 << 10, Replicas: 1, Seed: 1}
+	forever := m
+	forever.LifetimeMedian, forever.LifetimeSigma = 0, 0
+	p := Policy{Mode: berth.AdmissionCommitted}
+	long, none := s.Run(p, NewIdle(m)), s.Run(p, NewIdle(forever))
+	if long.Admitted != none.Admitted || long.Admitted != 7 {
+		t.Errorf("admitted %d with lifetimes past 2^63 ns, %d with guests that never leave; want 7 (a 32 GiB host) both", long.Admitted, none.Admitted)
+	}
+}
+
 func containsInt(xs []int64, x int64) bool {
 	for _, v := range xs {
 		if v == x {

@@ -78,6 +78,12 @@ func NewIdle(m IdleModel) Workload {
 	return &idle{m: m, rng: newRNG(m.Seed ^ 0x1d1e)}
 }
 
+// maxLifetime (ns, about 146 years) caps a lognormal lifetime draw: a guest drawn to live
+// longer lives to the end of any run. Uncapped, a draw past 2^63 ns (a long median with a wide
+// σ, or --lifetime 2562047h) converted to a negative int64 and the guest lived 1 s; the cap
+// keeps a start time plus the lifetime inside an int64 as well.
+const maxLifetime = float64(math.MaxInt64 / 2)
+
 func (w *idle) Next() (Arrival, bool) {
 	if w.n >= w.m.Creates {
 		return Arrival{}, false
@@ -94,7 +100,7 @@ func (w *idle) Next() (Arrival, bool) {
 	a := Arrival{At: int64(w.t * 1e9), MemoryMiB: w.m.MemoryMiB, Key: w.rng.next()}
 	if w.m.LifetimeMedian > 0 {
 		l := float64(w.m.LifetimeMedian) * math.Exp(w.m.LifetimeSigma*w.rng.norm())
-		a.Lifetime = max(int64(l), int64(time.Second))
+		a.Lifetime = max(int64(min(l, maxLifetime)), int64(time.Second))
 	}
 	a.Stateful = w.rng.float() < w.m.StatefulFrac
 	a.Reconstructible = w.rng.float() < w.m.ReconstructibleFrac

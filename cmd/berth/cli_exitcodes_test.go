@@ -285,3 +285,34 @@ func TestExitCodeRule(t *testing.T) {
 		t.Errorf("exitCode(nil) = %d", exitCode(nil))
 	}
 }
+
+// TestErrorMessage pins the line run prints after "berth: " for each kind of error — and for
+// none: errorMessage(nil) panicked (nil.Error()), which a caller holding the error of a
+// command that succeeded would hit.
+func TestErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"success", nil, ""},
+		{"sandbox exec", &exitError{code: 7}, ""},
+		{"explained", &explained{msg: "cannot reach the Berth server", err: io.EOF}, "cannot reach the Berth server"},
+		{"interrupted", fmt.Errorf("berth: GET /v1/x: %w", context.Canceled), "interrupted"},
+		{"prefix dropped", errors.New("berth: no API key"), "no API key"},
+		{"invalid request", &berth.Error{Code: berth.EInvalidRequest, Message: "m"}, "invalid_request: m"},
+	} {
+		var got string
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					got = fmt.Sprintf("panic: %v", p)
+				}
+			}()
+			got = errorMessage(tc.err)
+		}()
+		if got != tc.want {
+			t.Errorf("%s: errorMessage(%#v) = %q, want %q", tc.name, tc.err, got, tc.want)
+		}
+	}
+}

@@ -508,7 +508,7 @@ func loadAdminKey(path string) (secret string, fresh bool, err error) {
 // registerAdminKey makes sure the "default" tenant exists and holds secret as an admin key.
 // Only the key's hash goes into the store.
 func registerAdminKey(ctx context.Context, st berth.TenantStore, secret string) error {
-	if err := st.PutTenant(ctx, berth.Tenant{Name: "default", CreatedAt: time.Now().UTC()}); err != nil {
+	if _, err := st.PutTenant(ctx, berth.Tenant{Name: "default", CreatedAt: time.Now().UTC()}); err != nil {
 		return fmt.Errorf("seed tenant: %w", err)
 	}
 	h := server.HashKey(secret)

@@ -88,11 +88,13 @@ func exitCode(err error) int {
 // errorMessage is the text run prints after "berth: " for err: never a Go-internal prefix
 // ("client:", `Get "URL":`, "strconv.ParseInt:"), and nothing for `sandbox exec`, whose
 // command's own stderr was passed through verbatim — so a line starting with "berth: " is
-// always the CLI's own.
+// always the CLI's own. A nil error (success) has no message: "".
 func errorMessage(err error) string {
 	var ee *exitError
 	var ex *explained
 	switch {
+	case err == nil:
+		return ""
 	case errors.As(err, &ee):
 		return ""
 	case errors.As(err, &ex):

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/berth-dev/berth"
 )
 
 // guardFlagValues makes every float flag of every command in the tree refuse NaN and ±Inf as it
@@ -66,4 +68,39 @@ func (d nonNegativeDuration) Set(s string) error {
 		return errNegative
 	}
 	return d.Value.Set(s)
+}
+
+// upTo is a numeric flag's value and the most a command takes of it (max, in unit), for
+// checkUpTo. Whole-number flags are given as float64: every bound here is far below 2^53.
+type upTo struct {
+	flag  string // "--link-gbps"
+	value float64
+	max   float64
+	unit  string // "Gbps", "MiB"; "" for a count
+}
+
+// checkUpTo refuses the first value above its bound as invalid_request (exit 2) naming the
+// flag, the way plan and sim refuse their other out-of-range flags. The guard above lets every
+// finite number through, and a large one can still overflow what a command prints: `berth
+// plan --link-gbps 1e300` printed "+Inf MiB/s".
+func checkUpTo(bounds ...upTo) error {
+	for _, b := range bounds {
+		if b.value > b.max {
+			unit := ""
+			if b.unit != "" {
+				unit = " " + b.unit
+			}
+			return berth.Errorf(berth.EInvalidRequest, "%s %s: want at most %s%s", b.flag, number(b.value), number(b.max), unit)
+		}
+	}
+	return nil
+}
+
+// number writes x as a person types it: digits below 2^53, where a float64 holds every whole
+// number ("1000001", "2.5"), an exponent above ("1e+300", "9.223372036854776e+18").
+func number(x float64) string {
+	if math.Abs(x) < 1<<53 {
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64)
 }

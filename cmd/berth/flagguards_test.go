@@ -77,7 +77,7 @@ func TestFloatFlagsRefuseNonFinite(t *testing.T) {
 		code int
 	}{
 		{[]string{"plan", "--link-gbps", "2.5"}, 0},
-		{[]string{"plan", "--link-gbps", "1e300"}, 0},
+		{[]string{"plan", "--link-gbps", "1000000"}, 0}, // 1e300 is refused: TestPlanSimFlagsBounded
 		{[]string{"sim", "--pressure-knee", "5"}, exitInvalid},
 		{[]string{"sim", "--pressure-knee", "0"}, exitInvalid},
 	} {
@@ -136,5 +136,41 @@ func TestDurationFlagsRefuseNegative(t *testing.T) {
 		if !seen[must] {
 			t.Errorf("the walk found no duration flag %q", must)
 		}
+	}
+}
+
+// TestPlanSimFlagsBounded (`berth plan --link-gbps 1e300` printed "+Inf MiB/s"): every flag of
+// plan and sim whose large finite values overflowed what the command prints refuses a value
+// past its bound with exit 2 naming the flag and the bound, printing nothing, and takes the
+// bound itself with every figure finite.
+func TestPlanSimFlagsBounded(t *testing.T) {
+	sim := []string{"sim", "--creates", "10", "--policies", "committed", "--lifetime", "1h"}
+	for _, tc := range []struct {
+		cmd       []string
+		flag      string
+		over, max string
+	}{
+		{[]string{"plan"}, "--link-gbps", "1e300", "1000000"},
+		{[]string{"plan"}, "--memory-mb", "1e308", "1073741824"},
+		{[]string{"plan", "--guests", "1000000"}, "--interruption-rate", "1e306", "3600"},
+		{[]string{"plan", "--memory-mb", "1073741824", "--notice", "1ns"}, "--guests", "9223372036854775807", "1000000"},
+		{sim, "--host-mb", "9223372036854775807", "1073741824"},
+		{sim, "--headroom-mb", "32769", "32768"}, // at most --host-mb, 32768 by default
+		{sim, "--lifetime-sigma", "1e300", "10"},
+	} {
+		t.Run(tc.cmd[0]+tc.flag, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := Main(context.Background(), append(slices.Clone(tc.cmd), tc.flag, tc.over), strings.NewReader(""), &out, &errOut)
+			msg := errorMessage(err)
+			if exitCode(err) != exitInvalid || !strings.Contains(msg, tc.flag+" ") || !strings.Contains(msg, "want at most "+tc.max) || out.Len() != 0 {
+				t.Errorf("berth %v %s %s: exit %d, %q, stdout %q; want exit 2 naming %s and at most %s, nothing printed",
+					tc.cmd, tc.flag, tc.over, exitCode(err), msg, out.String(), tc.flag, tc.max)
+			}
+			out.Reset()
+			err = Main(context.Background(), append(slices.Clone(tc.cmd), tc.flag, tc.max), strings.NewReader(""), &out, &errOut)
+			if err != nil || strings.Contains(out.String(), "Inf") || strings.Contains(out.String(), "-9223372036854775808") {
+				t.Errorf("berth %v %s %s (the bound): %v; stdout:\n%s", tc.cmd, tc.flag, tc.max, err, out.String())
+			}
+		})
 	}
 }

@@ -10,6 +10,27 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// The most `berth plan` (PLAN-1) takes of its flags: generous past any real host, and low
+// enough that nothing it prints overflows. --link-gbps 1e300 printed "+Inf MiB/s" (1e300 ×
+// 1e9 bits is past the largest float64), --memory-mb 1e308 a 300-digit rate, and
+// --interruption-rate or --guests near their limits an infinite or 20-digit loss. Within
+// these bounds the largest product plan prints, memory ÷ the shortest notice × guests, is
+// about 1e24 MiB/s, finite. The durations need none: Go's durations end at about 292 years.
+// A value above a bound is invalid_request (exit 2) naming the flag.
+const (
+	// maxPlanLinkGbps is 1,000,000 Gbps (1 Pbit/s): over a thousand times the fastest host
+	// port sold today (800 Gbps).
+	maxPlanLinkGbps = 1_000_000
+	// maxPlanGuestMiB is 1 PiB (2^30 MiB) for one guest: the largest single machines hold
+	// tens of TiB.
+	maxPlanGuestMiB = 1 << 30
+	// maxPlanInterruptionsPerHour is one interruption a second per host; spot hosts see
+	// well under one an hour.
+	maxPlanInterruptionsPerHour = 3600
+	// maxPlanGuests is a million guests on one host.
+	maxPlanGuests = 1_000_000
+)
+
 // newPlanCmd is `berth plan` (PLAN-1): the spot-suitability arithmetic for a workload.
 func newPlanCmd() *cobra.Command {
 	var memMiB, linkGbps, rate float64
@@ -26,6 +47,10 @@ func newPlanCmd() *cobra.Command {
 			}
 			if memMiB <= 0 || notice <= 0 || linkGbps < 0 || rate < 0 || guests < 1 {
 				return berth.Errorf(berth.EInvalidRequest, "need --memory-mb > 0, --notice > 0, --guests ≥ 1 and non-negative rates")
+			}
+			if err := checkUpTo(upTo{"--memory-mb", memMiB, maxPlanGuestMiB, "MiB"}, upTo{"--link-gbps", linkGbps, maxPlanLinkGbps, "Gbps"},
+				upTo{"--interruption-rate", rate, maxPlanInterruptionsPerHour, "per hour"}, upTo{"--guests", float64(guests), maxPlanGuests, ""}); err != nil {
+				return err
 			}
 			w := evacuate.Workload{
 				MemoryMiB: memMiB, UnitSeconds: unit.Seconds(), AuthoritativeOutside: authoritative == "outside",

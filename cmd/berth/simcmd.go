@@ -41,6 +41,20 @@ func defaultSimFlags() simFlags {
 	}
 }
 
+// The most `berth sim` (SIM-1) takes of its flags whose large values printed nonsense; a value
+// above one is invalid_request (exit 2) naming the flag.
+const (
+	// maxSimHostMiB is 1 PiB (2^30 MiB) per host, as `berth plan` takes for a guest: the
+	// largest single machines hold tens of TiB. At 2^63 MiB the ledger burst's room
+	// overflowed ("burst of 40 over 4 replicas, room for 2251799813685246"). --headroom-mb
+	// is bounded by --host-mb: more headroom than memory printed a negative room.
+	maxSimHostMiB = 1 << 30
+	// maxSimLifetimeSigma is a lognormal σ of 10 for lifetimes: one σ is then a factor of
+	// 22,000 about the median, already past any measured fleet (about 1–3). Far above it
+	// (1e300) every draw is 0 or +Inf, which the run printed as guests living 1 s.
+	maxSimLifetimeSigma = 10
+)
+
 // newSimCmd is `berth sim` (SIM-1): a discrete-event simulation of a fleet through Berth's own
 // admission, placement, ledger and evacuation code, comparing policies side by side.
 func newSimCmd() *cobra.Command {
@@ -124,6 +138,11 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 	if s.Hosts < 1 || s.Hosts > 100000 || o.idle.Creates < 0 || o.idle.Creates > 10_000_000 || s.HostMiB <= 0 ||
 		o.idle.MemoryMiB <= 0 || s.HeadroomMiB < 0 || s.Replicas < 1 || s.Replicas > 64 {
 		return berth.Errorf(berth.EInvalidRequest, "need 1–100000 hosts, ≤ 10M creates, 1–64 replicas and positive sizes")
+	}
+	if err := checkUpTo(upTo{"--host-mb", float64(s.HostMiB), maxSimHostMiB, "MiB"},
+		upTo{"--headroom-mb", float64(s.HeadroomMiB), float64(s.HostMiB), "MiB (--host-mb)"},
+		upTo{"--lifetime-sigma", o.idle.LifetimeSigma, maxSimLifetimeSigma, ""}); err != nil {
+		return err
 	}
 	for _, x := range []float64{o.idle.TouchJitter, o.idle.GrowthFrac, o.idle.SpikeProb, o.idle.SpikeFrac,
 		o.idle.StatefulFrac, o.idle.ReconstructibleFrac, s.Failures.NoticeFrac} {

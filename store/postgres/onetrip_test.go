@@ -203,7 +203,7 @@ func TestReserveAndCreateBoundsItsLockWait(t *testing.T) {
 func TestQuotaSetWhileACreateDecides(t *testing.T) {
 	o := newOneTrip(t, 4096)
 	ctx := t.Context()
-	if err := o.st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: o.now}); err != nil {
+	if _, err := o.st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: o.now}); err != nil {
 		t.Fatal(err)
 	}
 	tx := o.hold(t, fmt.Sprintf(`INSERT INTO sandboxes (id, tenant, agent_id, state, created_at, idempotency_key)

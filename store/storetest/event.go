@@ -60,15 +60,22 @@ func testEventsFilter(t *testing.T, s berth.Store) {
 	}
 }
 
+// testTenants: PutTenant creates a tenant once and says so; a second PutTenant of a taken name,
+// at another time, reports created=false and leaves the first row as it was.
 func testTenants(t *testing.T, s berth.Store) {
 	ctx := t.Context()
-	for _, tn := range []berth.Tenant{
-		{Name: "beta", CreatedAt: at(time.Second)},
-		{Name: "acme", CreatedAt: T0},
-		{Name: "acme", CreatedAt: at(time.Hour)}, // exists: left as is
+	for _, tc := range []struct {
+		tn      berth.Tenant
+		created bool
+	}{
+		{berth.Tenant{Name: "beta", CreatedAt: at(time.Second)}, true},
+		{berth.Tenant{Name: "acme", CreatedAt: T0}, true},
+		{berth.Tenant{Name: "acme", CreatedAt: at(time.Hour)}, false}, // exists: left as is
+		{berth.Tenant{Name: "acme", CreatedAt: T0}, false},            // the same time: still taken
 	} {
-		if err := s.PutTenant(ctx, tn); err != nil {
-			t.Fatalf("PutTenant(%+v): %v", tn, err)
+		created, err := s.PutTenant(ctx, tc.tn)
+		if err != nil || created != tc.created {
+			t.Fatalf("PutTenant(%+v) = %v, %v; want created %v", tc.tn, created, err, tc.created)
 		}
 	}
 	got, err := s.Tenants(ctx)
@@ -81,11 +88,42 @@ func testTenants(t *testing.T, s berth.Store) {
 	}
 }
 
+// testTenantCreatedOnce: replicas creating one tenant at once, all stamped the same
+// millisecond, are told created by the store exactly once (POST /v1/tenants answers one 201
+// and the rest 409 from it).
+func testTenantCreatedOnce(t *testing.T, s berth.Store) {
+	const n = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range n {
+		wg.Go(func() {
+			created, err := s.PutTenant(t.Context(), berth.Tenant{Name: "acme", CreatedAt: T0})
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if created {
+				wins++
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Errorf("%d of %d concurrent PutTenant calls for one name reported created; want exactly 1", wins, n)
+	}
+	got, err := s.Tenants(t.Context())
+	if diff := cmp.Diff([]berth.Tenant{{Name: "acme", CreatedAt: T0}}, got); err != nil || diff != "" {
+		t.Errorf("Tenants after the race: %v (-want +got):\n%s", err, diff)
+	}
+}
+
 func testAPIKeys(t *testing.T, s berth.Store) {
 	ctx := t.Context()
 	key := berth.APIKey{ID: "k1", Tenant: "acme", Role: berth.RoleTenant, Hash: "aa11", CreatedAt: T0}
 	wantNotFound(t, "PutAPIKey for a missing tenant", s.PutAPIKey(ctx, key))
-	if err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
+	if _, err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
 		t.Fatalf("PutTenant: %v", err)
 	}
 	if err := s.PutAPIKey(ctx, key); err != nil {

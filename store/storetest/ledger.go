@@ -367,7 +367,7 @@ func testReserveAndCreate(t *testing.T, s berth.Store) {
 	keyed := sandbox("sb-3", "acme", "a1", berth.SandboxStarting)
 	keyed.MemoryMiB, keyed.IdempotencyKey = 256, "key-1"
 	nothing("key held", reservation("r3", "a1", "sb-3", 256, T0), keyed, false, berth.ErrIdempotencyConflict)
-	if err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
+	if _, err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetQuota(ctx, berth.Quota{Tenant: "acme", MaxSandboxes: 1}, "test", T0); err != nil {

@@ -12,7 +12,7 @@ import (
 // transaction; ended sandboxes stop counting; an unknown tenant cannot get one (ADM-11).
 func testQuota(t *testing.T, s berth.Store) {
 	ctx := t.Context()
-	if err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
+	if _, err := s.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: T0}); err != nil {
 		t.Fatal(err)
 	}
 	if q, err := s.Quota(ctx, "acme"); err != nil || q.MaxSandboxes != 0 || q.MaxMemoryMiB != 0 {

@@ -333,7 +333,7 @@ func testOrderingIsBytewise(t *testing.T, s berth.Store) {
 		if err := s.PutTemplate(ctx, berth.Template{Name: n, MemoryMiB: 256, VCPUs: 1}); err != nil {
 			t.Fatalf("PutTemplate(%s): %v", n, err)
 		}
-		if err := s.PutTenant(ctx, berth.Tenant{Name: n, CreatedAt: T0}); err != nil {
+		if _, err := s.PutTenant(ctx, berth.Tenant{Name: n, CreatedAt: T0}); err != nil {
 			t.Fatalf("PutTenant(%s): %v", n, err)
 		}
 		mustHeartbeat(t, s, heartbeat(n, 1024), T0)

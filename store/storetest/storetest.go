@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) berth.Store) {
 		{"Ping", one(testPing)},
 		{"Templates", one(testTemplates)},
 		{"Tenants", one(testTenants)},
+		{"TenantCreatedOnce", one(testTenantCreatedOnce)},
 		{"APIKeys", one(testAPIKeys)},
 		{"AgentCredentials", one(testAgentCredentials)},
 		{"AgentJoinsRace", one(testAgentJoinsRace)},

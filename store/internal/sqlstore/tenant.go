@@ -10,18 +10,25 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// PutTenant creates tenant t.Name if it does not exist; an existing tenant is left as is.
-func (s *Store) PutTenant(ctx context.Context, t berth.Tenant) error {
+// PutTenant creates tenant t.Name if it does not exist and reports whether it did: one
+// INSERT … ON CONFLICT DO NOTHING, whose row count says which (0: the name was taken, and the
+// tenant there is left as is). The statement is atomic on both backends, so of concurrent
+// calls for one name exactly one reports created.
+func (s *Store) PutTenant(ctx context.Context, t berth.Tenant) (created bool, err error) {
 	if t.Name == "" {
-		return s.errorf("put tenant: empty name")
+		return false, s.errorf("put tenant: empty name")
 	}
-	_, err := s.pool().exec(ctx,
+	res, err := s.pool().exec(ctx,
 		`INSERT INTO tenants (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
 		t.Name, nullMS(t.CreatedAt))
 	if err != nil {
-		return s.errorf("put tenant %q: %w", t.Name, err)
+		return false, s.errorf("put tenant %q: %w", t.Name, err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, s.errorf("put tenant %q: rows affected: %w", t.Name, err)
+	}
+	return n == 1, nil
 }
 
 // Tenants lists tenants ordered by name.
