@@ -37,6 +37,11 @@ func TestAGT5_DrainReasonBounded(t *testing.T) {
 			t.Errorf("drain with a reason of %s: %d %s; want 400 invalid_request", tc.name, code, body)
 		}
 	}
+	// A query Go cannot parse (found by the attack on the server's queries) lost its reason
+	// and drained without one.
+	if code, body := call(t, http.MethodPost, srv.URL+"/internal/drain?reason=spot;notice", nil, nil); code != http.StatusBadRequest || errorOf(t, body).Code != berth.EInvalidRequest {
+		t.Errorf("drain with a query that does not parse: %d %s; want 400 invalid_request", code, body)
+	}
 	if hb := a.Heartbeat(time.Now()); hb.Status != berth.AgentActive || !hb.IntakeOpen || hb.StatusReason != "" {
 		t.Fatalf("after refused drains: %+v; want the agent still in service", hb)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -118,7 +119,14 @@ func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 // it goes into the agent's heartbeats and from there into events; a refused reason drains
 // nothing.
 func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
-	reason := r.URL.Query().Get("reason")
+	// A query Go cannot parse loses the pair it cannot read: refused, not drained without
+	// the reason the caller sent.
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "query: %v", err))
+		return
+	}
+	reason := q.Get("reason")
 	if err := berth.CheckReason(reason); err != nil {
 		a.writeError(w, r, err)
 		return
