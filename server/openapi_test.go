@@ -544,28 +544,44 @@ func (o *oaClient) calledAny(opID string) bool {
 	return false
 }
 
-// checkCatchAll: a request for no route gets 404 not_found whose body is the document's
-// ErrorBody (the catch-all "/" is not an operation of the document).
+// checkCatchAll: a request for no route gets 404 not_found, and one whose path is a route for
+// other methods 405 method_not_allowed with an Allow header listing them (HEAD with GET);
+// either body is the document's ErrorBody (the catch-all "/" is not an operation of the
+// document).
 func (o *oaClient) checkCatchAll(key string) {
 	t := o.t
-	req, _ := http.NewRequest(http.MethodGet, o.base+"/v1/no-such-route", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 404 {
-		t.Errorf("GET /v1/no-such-route: %d; want 404", resp.StatusCode)
-	}
-	o.checkError("GET /v1/no-such-route", resp, body, berth.ENotFound)
-	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
-		t.Fatalf("catch-all body %s: %v", body, err)
-	}
-	schema := o.doc.Components.Schemas["ErrorBody"].Value
-	if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
-		t.Errorf("catch-all 404 body %s does not match ErrorBody: %v", body, err)
+	for _, c := range []struct {
+		method, path string
+		want         int
+		code, allow  string
+	}{
+		{http.MethodGet, "/v1/no-such-route", 404, berth.ENotFound, ""},
+		{http.MethodPatch, "/v1/sandboxes", 405, berth.EMethodNotAllowed, "GET, HEAD, POST"},
+		{http.MethodPost, "/v1/sandboxes/sb-1", 405, berth.EMethodNotAllowed, "GET, HEAD, DELETE"},
+		{http.MethodGet, "/v1/agents/heartbeat", 405, berth.EMethodNotAllowed, "POST"},
+		{http.MethodDelete, "/v1/templates/python", 405, berth.EMethodNotAllowed, "PUT"},
+		{http.MethodPut, "/v1/sandboxes/", 404, berth.ENotFound, ""},
+	} {
+		what := c.method + " " + c.path
+		req, _ := http.NewRequest(c.method, o.base+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s: %d, Allow %q; want %d, Allow %q", what, resp.StatusCode, resp.Header.Get("Allow"), c.want, c.allow)
+		}
+		o.checkError(what, resp, body, c.code)
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatalf("%s: body %s: %v", what, body, err)
+		}
+		schema := o.doc.Components.Schemas["ErrorBody"].Value
+		if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s: body %s does not match ErrorBody: %v", what, body, err)
+		}
 	}
 }

@@ -79,10 +79,34 @@ func (s *Server) routeTable() (http.Handler, []string) {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /v1/openapi.yaml", serveOpenAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
-	})
+	mux.HandleFunc("/", noRoute(mux.ServeMux))
 	return s.httpMetrics(mux.ServeMux, s.recoverer(s.appsByHost(mux.ServeMux))), mux.patterns
+}
+
+// routeMethods are the methods a route of the API may take, in the order an Allow header
+// lists them.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// noRoute answers a request no pattern of mux took: 405 method_not_allowed with an Allow
+// header when its path is a route for other methods (RFC 9110 §15.5.6), else 404 not_found.
+func noRoute(mux *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range routeMethods {
+			probe := *r // a shallow copy: the mux reads only the method, host and path
+			probe.Method = m
+			if _, pattern := mux.Handler(&probe); pattern != "" && pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.EMethodNotAllowed,
+				"%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		httpjson.WriteError(w, requestID(r.Context()), berth.Errorf(berth.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
+	}
 }
 
 // appRoutes adds the app API (APP-1) and the requests to apps by path, /apps/{name}/….

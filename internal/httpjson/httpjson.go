@@ -46,6 +46,8 @@ func StatusFor(code string) int {
 		return http.StatusUnprocessableEntity
 	case berth.ERateLimited:
 		return http.StatusTooManyRequests
+	case berth.EMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	}
 	return http.StatusInternalServerError
 }

@@ -32,6 +32,7 @@ func TestStatusForPinsEveryCode(t *testing.T) {
 		berth.EConflict:            409,
 		berth.ETooLarge:            413,
 		berth.ERateLimited:         429,
+		berth.EMethodNotAllowed:    405,
 		berth.EInternal:            500,
 		"some_future_code":         500,
 	}

@@ -51,6 +51,7 @@ APP_ERROR = "app_error"
 APP_WAKE_TIMEOUT = "app_wake_timeout"
 IDEMPOTENCY_KEY_MISMATCH = "idempotency_key_mismatch"
 RATE_LIMITED = "rate_limited"
+METHOD_NOT_ALLOWED = "method_not_allowed"
 
 #: The codes a later try may fix (berth.Error.Retryable in Go).
 RETRYABLE_CODES = frozenset({
