@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -123,7 +124,8 @@ func seedRunning(b *testing.B, url string) {
 // BenchmarkListAgents is the store side of GET /v1/agents over the fleet of heldFleet
 // (BERTH_BENCH_LIST_AGENTS agents, default 2,000, holding BERTH_BENCH_LIST_HELD each, default
 // 50): held=list reads every held list, held=count (the dashboard's and `berth agents list`'s
-// read) the agent table and a count per agent.
+// read) the agent table and a count per agent. It reports the time of the store read and
+// the size of the JSON body it becomes (body-MB).
 //
 //	BERTH_BENCH_LIST_AGENTS=10000 go test ./server -run '^$' -bench BenchmarkListAgents -benchtime 10x
 func BenchmarkListAgents(b *testing.B) {
@@ -131,11 +133,18 @@ func BenchmarkListAgents(b *testing.B) {
 	s := &Server{store: st, cfg: DefaultConfig()}
 	for _, held := range []string{"list", "count"} {
 		b.Run("held="+held, func(b *testing.B) {
+			var as []berth.Agent
 			for b.Loop() {
-				if _, err := s.agentsHeld(context.Background(), held); err != nil {
+				var err error
+				if as, err = s.agentsHeld(context.Background(), held); err != nil {
 					b.Fatal(err)
 				}
 			}
+			body, err := json.Marshal(as)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(body))/1e6, "body-MB")
 		})
 	}
 }
