@@ -198,7 +198,13 @@ func (e *engine) scheduleLoss() {
 		return
 	}
 	perSec := e.s.Failures.LossPerHostHour / 3600 * float64(len(e.alive))
-	e.q.push(e.now+int64(e.rng.exp()/perSec*1e9), evLoss, 0)
+	after := e.rng.exp() / perSec * 1e9
+	// A loss drawn past 146 years (--loss-rate 1e-300), or once the clock is there, is past any
+	// run: none is scheduled. Converted unchecked, it was a negative time, a loss at once.
+	if after > maxLifetime || e.now > int64(maxLifetime) {
+		return
+	}
+	e.q.push(e.now+int64(after), evLoss, 0)
 }
 
 // loss takes a host: a random live one for the Poisson process (scheduled 0), or the

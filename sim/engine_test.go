@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"encoding/csv"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
+	"github.com/berth-dev/berth/placement"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -449,5 +451,38 @@ func TestSIM1_ReserveKnobs(t *testing.T) {
 		if !bytes.Contains(out, []byte("\n"+name+" ")) || !bytes.Contains(out, []byte("\n"+name+",")) {
 			t.Fatalf("the table or the CSV lacks %q", name)
 		}
+	}
+}
+
+// TestSIM1_LossPastInt64 (`berth sim --loss-rate 1e-300` lost the host at once and refused
+// every create as stale): a loss drawn past 2^63 ns converted to a negative time. A loss that
+// far away is past any run; the run reports what a run without losses does.
+func TestSIM1_LossPastInt64(t *testing.T) {
+	s, w := smallFleet(7)
+	p := Policy{Mode: berth.AdmissionCommitted, Strategy: placement.Spread}
+	none := s
+	none.Failures.LossPerHostHour = 0
+	tiny := s
+	tiny.Failures.LossPerHostHour = 1e-300
+	a, b := tiny.Run(p, w()), none.Run(p, w())
+	if a.Admitted != b.Admitted || a.Admitted == 0 || !maps.Equal(a.Refusals, b.Refusals) {
+		t.Errorf("--loss-rate 1e-300: admitted %d, refused %v; without losses: admitted %d, refused %v; want the same",
+			a.Admitted, a.Refusals, b.Admitted, b.Refusals)
+	}
+}
+
+// TestSIM1_ArrivalPastInt64: a Poisson arrival drawn past 2^63 ns arrived at a negative time,
+// before the run. Drawn that far, it arrives at the cap, after every earlier one.
+func TestSIM1_ArrivalPastInt64(t *testing.T) {
+	w := NewIdle(IdleModel{Creates: 5, RatePerSec: 1e-300, MemoryMiB: 512, Seed: 1})
+	last := int64(0)
+	for a, ok := w.Next(); ok; a, ok = w.Next() {
+		if a.At < last {
+			t.Fatalf("arrival at %d ns after one at %d: time ran backwards", a.At, last)
+		}
+		last = a.At
+	}
+	if last <= 0 {
+		t.Errorf("last arrival at %d ns at a rate of 1e-300/s, want far in the future", last)
 	}
 }

@@ -97,7 +97,9 @@ func (w *idle) Next() (Arrival, bool) {
 	case w.m.RatePerSec > 0:
 		w.t += w.rng.exp() / w.m.RatePerSec
 	}
-	a := Arrival{At: int64(w.t * 1e9), MemoryMiB: w.m.MemoryMiB, Key: w.rng.next()}
+	// An arrival drawn past maxLifetime (146 years; a long run at a tiny --rate) arrives then:
+	// converted unclamped, a time past 2^63 ns was negative and the guest arrived before the run.
+	a := Arrival{At: int64(min(w.t*1e9, maxLifetime)), MemoryMiB: w.m.MemoryMiB, Key: w.rng.next()}
 	if w.m.LifetimeMedian > 0 {
 		l := float64(w.m.LifetimeMedian) * math.Exp(w.m.LifetimeSigma*w.rng.norm())
 		a.Lifetime = max(int64(min(l, maxLifetime)), int64(time.Second))

@@ -96,10 +96,11 @@ func checkUpTo(bounds ...upTo) error {
 	return nil
 }
 
-// number writes x as a person types it: digits below 2^53, where a float64 holds every whole
-// number ("1000001", "2.5"), an exponent above ("1e+300", "9.223372036854776e+18").
+// number writes x as a person types it: digits from 0.0001 to 2^53, where a float64 holds every
+// whole number ("1000001", "2.5"), an exponent outside ("1e+300", "9.223372036854776e+18",
+// "1e-300").
 func number(x float64) string {
-	if math.Abs(x) < 1<<53 {
+	if a := math.Abs(x); a < 1<<53 && (a >= 1e-4 || a == 0) {
 		return strconv.FormatFloat(x, 'f', -1, 64)
 	}
 	return strconv.FormatFloat(x, 'g', -1, 64)

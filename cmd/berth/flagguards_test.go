@@ -174,3 +174,25 @@ func TestPlanSimFlagsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestSimRateSpanBounded (`berth sim --rate 1e-300` put every create before the run): a rate
+// whose --creates take more than 100 years on average is refused with exit 2, naming the flag
+// as a person types it, and one inside the bound runs.
+func TestSimRateSpanBounded(t *testing.T) {
+	for _, tc := range []struct {
+		rate string
+		ok   bool
+	}{{"1e-300", false}, {"0.000000001", false}, {"0.0000001", true}} {
+		var out, errOut bytes.Buffer
+		err := Main(context.Background(), []string{"sim", "--creates", "10", "--hosts", "2", "--policies", "committed", "--rate", tc.rate},
+			strings.NewReader(""), &out, &errOut)
+		msg := errorMessage(err)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("--rate %s (10 creates in 3 years): %v", tc.rate, err)
+		case !tc.ok && (exitCode(err) != exitInvalid || !strings.Contains(msg, "--rate ") || !strings.Contains(msg, "100 years") ||
+			strings.Contains(msg, "0.0000000000") || out.Len() != 0):
+			t.Errorf("--rate %s: exit %d, %q, stdout %q; want exit 2 naming --rate and 100 years, nothing printed", tc.rate, exitCode(err), msg, out.String())
+		}
+	}
+}

@@ -53,6 +53,10 @@ const (
 	// 22,000 about the median, already past any measured fleet (about 1–3). Far above it
 	// (1e300) every draw is 0 or +Inf, which the run printed as guests living 1 s.
 	maxSimLifetimeSigma = 10
+	// maxSimSpanSeconds is 100 years of Poisson arrivals on average (--creates ÷ --rate): past
+	// 292 years a run's clock (int64 ns) overflows, and `--rate 1e-300` put every create before
+	// the run's start.
+	maxSimSpanSeconds = 100 * 365 * 86400
 )
 
 // newSimCmd is `berth sim` (SIM-1): a discrete-event simulation of a fleet through Berth's own
@@ -152,6 +156,10 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 	}
 	if o.idle.RatePerSec < 0 || s.Failures.LossPerHostHour < 0 || s.Failures.LinkMiBps < 0 || o.idle.LifetimeSigma < 0 {
 		return berth.Errorf(berth.EInvalidRequest, "rates and σ must be non-negative")
+	}
+	if r := o.idle.RatePerSec; r > 0 && float64(o.idle.Creates)/r > maxSimSpanSeconds {
+		return berth.Errorf(berth.EInvalidRequest, "--rate %s: want --creates ÷ --rate at most %s s (100 years), not %s s",
+			number(r), number(maxSimSpanSeconds), number(float64(o.idle.Creates)/r))
 	}
 	if !(s.PressureKnee > 0 && s.PressureKnee < 1) { // the engine would quietly take 0.9 instead
 		return berth.Errorf(berth.EInvalidRequest, "--pressure-knee must lie in (0, 1): a share of host memory")
