@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -323,5 +324,25 @@ func TestAnswerLargerThanTheCapFails(t *testing.T) {
 	var te *TransportError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "larger than 128 MiB") {
 		t.Fatalf("Sandboxes from a server streaming past the cap: %v; want a TransportError naming the cap", err)
+	}
+}
+
+// TestAgentCountsFromAnOlderServer (found by an attack): a server from before held_count
+// ignores ?held=count and sends the held lists without the count, and `berth agents list`
+// showed every host holding 0. The client counts the list when no count came. The server
+// here answers in that older release's documented shape, on loopback.
+func TestAgentCountsFromAnOlderServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"agents":[{"agent_id":"old-1","status":"active","sandboxes":[{"id":"sb-1"},{"id":"sb-2"},{"id":"sb-3"}],"last_seen_s":1},
+			{"agent_id":"old-2","status":"active","sandboxes":[],"last_seen_s":1}]}`)
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "k", WithDeadline(time.Second))
+	for name, read := range map[string]func(context.Context) ([]berth.Agent, error){"AgentCounts": c.AgentCounts, "Agents": c.Agents} {
+		as, err := read(context.Background())
+		if err != nil || len(as) != 2 || as[0].HeldCount != 3 || as[1].HeldCount != 0 {
+			t.Errorf("%s from an older server: %+v, %v; want held counts 3 and 0", name, as, err)
+		}
 	}
 }

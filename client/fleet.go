@@ -35,6 +35,12 @@ func (c *Client) agents(ctx context.Context, path string) ([]berth.Agent, error)
 		Agents []berth.Agent `json:"agents"`
 	}
 	err := c.call(ctx, request{method: http.MethodGet, path: path, idempotent: true}, &out)
+	for i, a := range out.Agents {
+		if a.HeldCount == 0 {
+			// A server before held_count (it ignores ?held=) sends only the lists: count them.
+			out.Agents[i].HeldCount = len(a.Sandboxes)
+		}
+	}
 	return out.Agents, err
 }
 

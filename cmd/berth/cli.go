@@ -200,7 +200,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 func newAgentsCmd(cf *clientFlags) *cobra.Command {
 	var listOut, statusOut, credsOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "agents", Aliases: []string{"agent-list"}, Short: "Inspect the fleet's agents"}
-	var heldLists bool
+	var heldCount bool
 	list := &cobra.Command{
 		Use: "list", Short: "List agents with their admission figures", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -208,9 +208,11 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			read := c.AgentCounts
-			if heldLists {
-				read = c.Agents
+			// The table shows how many a host holds, so it asks for counts; -o json/yaml carry
+			// the held lists, as GET /v1/agents does by default, unless --held-count.
+			read := c.Agents
+			if *listOut.format == outTable || heldCount {
+				read = c.AgentCounts
 			}
 			as, err := read(cmd.Context())
 			if err != nil {
@@ -220,7 +222,7 @@ func newAgentsCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	listOut = withOutput(list, outTable)
-	list.Flags().BoolVar(&heldLists, "held-lists", false, "include every held sandbox in -o json/yaml (by default only held_count)")
+	list.Flags().BoolVar(&heldCount, "held-count", false, "in -o json/yaml, leave out the held lists and send only held_count (GET /v1/agents?held=count)")
 	var reason string
 	drain := &cobra.Command{
 		Use: "drain ID", Short: "Cordon an agent: no new placements there (AGT-5)", Args: cobra.ExactArgs(1),

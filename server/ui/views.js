@@ -134,7 +134,7 @@ export class FleetView {
         { key: "intake", label: "Intake", text: (a) => (a.intake_open ? "open" : "closed"), cls: (a) => (a.intake_open ? "" : "warn-text") },
         { key: "heartbeat", label: "Heartbeat", num, text: (a) => f.age(a.last_seen_s) + " ago", sort: (a) => a.last_seen_s || 0 },
         { key: "quarantine", label: "Quarantine", text: (a) => quarantine(a), sort: (a) => a.create_failures || 0 },
-        { key: "sandboxes", label: "Sandboxes", num, text: (a) => f.count(a.held_count || 0), sort: (a) => a.held_count || 0 },
+        { key: "sandboxes", label: "Sandboxes", num, text: (a) => f.count(held(a)), sort: held },
         { key: "action", label: "", sortable: false, text: () => "", render: (td, a) => this.action(td, a) },
       ],
     });
@@ -210,6 +210,12 @@ export class FleetView {
     }
     this.ctx.refreshNow();
   }
+}
+
+// held is how many sandboxes a host holds: held_count, or the length of its list from a
+// replica that predates held_count (it ignores ?held=count and sends the lists).
+function held(a) {
+  return a.held_count ?? (a.sandboxes || []).length;
 }
 
 function quarantine(a) {
