@@ -120,7 +120,7 @@ type SandboxStore interface {
 	// then SandboxID — starting after the cursor from (an Expiry of an earlier page; the zero
 	// Expiry starts at the beginning), leaving out sandboxes without an expiry. It reads an
 	// index's first entries however many sandboxes run (API-3's estimate: when room returns
-	// by TTL).
+	// by TTL). A limit of 0 or less returns none.
 	ExpiringFirst(ctx context.Context, from Expiry, limit int) ([]Expiry, error)
 	// EndedSandboxes returns the ids among ids whose sandbox is terminal, or that the store
 	// does not know: an agent that holds one of them should stop it (AGT-6).

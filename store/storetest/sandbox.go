@@ -497,6 +497,11 @@ func testSandboxReads(t *testing.T, s berth.Store) {
 	if err != nil || len(after) != 3 || after[0].SandboxID != "e-tie-a" {
 		t.Errorf("ExpiringFirst after the tie's time with no id = %v, %v; want both of the tie, then e-late", after, err)
 	}
+	for _, limit := range []int{0, -1} { // SQLite read LIMIT -1 as no limit; PostgreSQL refused it
+		if none, err := s.ExpiringFirst(ctx, berth.Expiry{}, limit); err != nil || len(none) != 0 {
+			t.Errorf("ExpiringFirst with limit %d = %v, %v; want none", limit, none, err)
+		}
+	}
 
 	ids := []string{"e-late", "e-ended", "nope", "e-late"}
 	for i := range 1200 {

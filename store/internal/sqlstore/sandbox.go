@@ -447,6 +447,9 @@ func (s *Store) SandboxesByID(ctx context.Context, ids []string) ([]berth.Sandbo
 // ExpiringFirst implements berth.SandboxStore (API-3) by the sandboxes_state_expiry index
 // (migration 14): the cursor is a row-value comparison on its trailing columns.
 func (s *Store) ExpiringFirst(ctx context.Context, from berth.Expiry, limit int) ([]berth.Expiry, error) {
+	if limit <= 0 { // SQLite reads LIMIT -1 as no limit, PostgreSQL refuses it: neither is asked
+		return nil, nil
+	}
 	rows, err := s.pool().query(ctx, `SELECT id, agent_id, expires_at FROM sandboxes
 		WHERE state = ? AND expires_at IS NOT NULL AND (expires_at, id) > (?, ?)
 		ORDER BY expires_at, id LIMIT ?`, string(berth.SandboxRunning), ms(from.At), from.SandboxID, limit)
