@@ -42,6 +42,12 @@ func TestAGT5_DrainReasonBounded(t *testing.T) {
 	if code, body := call(t, http.MethodPost, srv.URL+"/internal/drain?reason=spot;notice", nil, nil); code != http.StatusBadRequest || errorOf(t, body).Code != berth.EInvalidRequest {
 		t.Errorf("drain with a query that does not parse: %d %s; want 400 invalid_request", code, body)
 	}
+	// A second reason was dropped: the agent drained with the first (found by an attack).
+	for _, q := range []string{"reason=ok&reason=%00", "reason=ok&reason=" + strings.Repeat("x", 600)} {
+		if code, body := call(t, http.MethodPost, srv.URL+"/internal/drain?"+q, nil, nil); code != http.StatusBadRequest || errorOf(t, body).Code != berth.EInvalidRequest {
+			t.Errorf("drain with two reasons (%.40s…): %d %s; want 400 invalid_request", q, code, body)
+		}
+	}
 	if hb := a.Heartbeat(time.Now()); hb.Status != berth.AgentActive || !hb.IntakeOpen || hb.StatusReason != "" {
 		t.Fatalf("after refused drains: %+v; want the agent still in service", hb)
 	}

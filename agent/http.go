@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -119,11 +118,11 @@ func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 // it goes into the agent's heartbeats and from there into events; a refused reason drains
 // nothing.
 func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
-	// A query Go cannot parse loses the pair it cannot read: refused, not drained without
-	// the reason the caller sent.
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	// A query Go cannot parse loses the pair it cannot read, and a second reason would be
+	// dropped: refused, not drained without the reason the caller sent.
+	q, err := httpjson.Query(r.URL.RawQuery)
 	if err != nil {
-		a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "query: %v", err))
+		a.writeError(w, r, err)
 		return
 	}
 	reason := q.Get("reason")

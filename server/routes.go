@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"strings"
 	"unicode/utf8"
@@ -191,17 +190,15 @@ func (s *Server) api(f apiFunc, adminOnly bool) http.HandlerFunc {
 // can keep: a NUL character, or bytes that are not UTF-8 (a %00 or %ff in a sandbox id, an
 // app name, an events filter). PostgreSQL refuses both, so each was a 500 there and a miss on
 // SQLite (found by an attack); the answer must not depend on the store. The files API's
-// `path` may be any bytes but NUL: a file name need not be UTF-8. A query that does not parse
-// is refused too.
+// `path` may be any bytes but NUL: a file name need not be UTF-8. A query that does not parse,
+// or names a parameter twice, is refused too (httpjson.Query).
 func requestText(r *http.Request) error {
 	if !storable(r.URL.Path, true) {
 		return berth.Errorf(berth.EInvalidRequest, "the request path must be UTF-8 text without a NUL character")
 	}
-	query, err := url.ParseQuery(r.URL.RawQuery)
+	query, err := httpjson.Query(r.URL.RawQuery) // unparsable or repeated: refused
 	if err != nil {
-		// Go drops a pair it cannot parse (a ';', a bad escape) from r.URL.Query(): a filter
-		// would silently vanish and the call answer more than was asked (found by an attack).
-		return berth.Errorf(berth.EInvalidRequest, "the query does not parse: %s", strings.ToValidUTF8(err.Error(), "?"))
+		return err
 	}
 	for k, vs := range query {
 		for _, v := range vs {

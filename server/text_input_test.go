@@ -59,6 +59,13 @@ func TestTextTheStoreCannotKeepIs400(t *testing.T) {
 	if code, got := send(http.MethodGet, "/v1/events?entity=agent/a;x=1", ""); code != http.StatusBadRequest {
 		t.Errorf("a query that does not parse: %d %s; want 400", code, got)
 	}
+	// A parameter given twice was read first-value-wins: ?held=count&held=bogus answered 200,
+	// the reverse 400 (found by an attack).
+	for _, q := range []string{"/v1/agents?held=count&held=bogus", "/v1/agents?held=bogus&held=count", "/v1/events?entity=agent/&entity=sandbox/"} {
+		if code, got := send(http.MethodGet, q, ""); code != http.StatusBadRequest || !strings.Contains(got, berth.EInvalidRequest) {
+			t.Errorf("GET %s: %d %s; want 400 invalid_request", q, code, got)
+		}
+	}
 	long := randomHex(2000) // incompressible: PostgreSQL compresses what an index keeps
 	req, _ := http.NewRequest(http.MethodPost, rs.https[0].URL+"/v1/apps/"+long+"/deploy",
 		strings.NewReader(`{"template":"python","command":["x"],"port":8080}`))
