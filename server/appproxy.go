@@ -64,7 +64,9 @@ const maxAppURLBytes = 16 << 10
 // (the dashboard's) are out of its reach. An app's own policy still applies beside it.
 const pathAppSandbox = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
-// appHost returns the app a request's Host names under AppsDomain, if any.
+// appHost returns the app a request's Host names under AppsDomain, if any. The comparison
+// ignores case and one trailing dot on either side: "hello.apps.example." is the same
+// fully-qualified name as "hello.apps.example" (RFC 1034 §3.1), and went to the API.
 func (s *Server) appHost(r *http.Request) (string, bool) {
 	if s.cfg.AppsDomain == "" {
 		return "", false
@@ -73,7 +75,9 @@ func (s *Server) appHost(r *http.Request) (string, bool) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	name, ok := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(s.cfg.AppsDomain))
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	domain := strings.TrimSuffix(strings.ToLower(s.cfg.AppsDomain), ".")
+	name, ok := strings.CutSuffix(host, "."+domain)
 	return name, ok && berth.ValidAppName(name)
 }
 

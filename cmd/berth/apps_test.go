@@ -146,16 +146,18 @@ func TestAPP1_HibernateAndWakeOnRequest(t *testing.T) {
 		t.Fatalf("running app answered %d %q", code, body)
 	}
 	first := a.SandboxID
-	// The same app by Host header under --apps-domain.
-	byHost, _ := http.NewRequest(http.MethodGet, st.URL+"/by-host", nil)
-	byHost.Host = "hello.apps.test"
-	if resp, err := http.DefaultClient.Do(byHost); err != nil {
-		t.Fatal(err)
-	} else {
+	// The same app by Host header under --apps-domain, in any case and fully qualified.
+	for _, host := range []string{"hello.apps.test", "Hello.Apps.Test.", "hello.apps.test.:80"} {
+		byHost, _ := http.NewRequest(http.MethodGet, st.URL+"/by-host", nil)
+		byHost.Host = host
+		resp, err := http.DefaultClient.Do(byHost)
+		if err != nil {
+			t.Fatal(err)
+		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || string(b) != "hello from v1 /by-host" {
-			t.Fatalf("Host hello.apps.test: %d %q", resp.StatusCode, b)
+			t.Fatalf("Host %s: %d %q; want the app's answer", host, resp.StatusCode, b)
 		}
 	}
 
