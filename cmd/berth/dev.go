@@ -140,6 +140,7 @@ type devStack struct {
 	snapshots *blob.Bucket
 	httpSrv   *http.Server
 	wg        sync.WaitGroup
+	dataLock  *os.File // the --data directory, flocked while the stack runs
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -211,6 +212,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return s, fmt.Errorf("data dir: %w", err)
 	}
+	if s.dataLock, err = lockDevData(data); err != nil {
+		return s, err
+	}
 
 	// The runtime scopes its cgroups by its directory, so two dev stacks never share (or
 	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
@@ -231,6 +235,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		return s, fmt.Errorf("open store: %w", err)
 	}
 	s.Store = st
+	if err := checkDevAgentsAdmitted(ctx, st, cfg.Agents); err != nil {
+		return s, err
+	}
 	if err := seedTemplates(ctx, st); err != nil {
 		return s, err
 	}
@@ -455,8 +462,60 @@ func (s *devStack) Close() error {
 		if s.Store != nil {
 			s.closeErr = errors.Join(s.closeErr, s.Store.Close())
 		}
+		if s.dataLock != nil {
+			_ = s.dataLock.Close() // last: nothing of this stack runs on the directory now
+		}
 	})
 	return s.closeErr
+}
+
+// lockDevData takes an exclusive flock on the --data directory itself (no file is written,
+// so a start that fails leaves the directory as it was) and returns it open; closing it, or
+// the process ending, releases the lock. A second berth dev on the same directory — which
+// would remove the first's sandboxes as leftovers of an earlier run and fight it for its
+// agents' credentials — is refused with invalid_request, as `berth agent` refuses a --dir in
+// use (found by a new user).
+func lockDevData(data string) (*os.File, error) {
+	f, err := os.Open(data)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, berth.Errorf(berth.EInvalidRequest,
+				"another berth dev runs with --data %s; stop it, or give this one its own --data", data)
+		}
+		return nil, fmt.Errorf("data dir: lock %s: %w", data, err)
+	}
+	return f, nil
+}
+
+// checkDevAgentsAdmitted refuses a start whose agents dev-agent-1..n include one an admin
+// revoked (`berth agents revoke`): a revoked id stays out (TRUST-1), so that agent could never
+// join and the start would serve for 30 s and then fail saying only that it did not
+// heartbeat. Errors: forbidden, naming the agent and the ways on.
+func checkDevAgentsAdmitted(ctx context.Context, st berth.AgentCredentialStore, n int) error {
+	creds, err := st.AgentCredentials(ctx)
+	if err != nil {
+		return fmt.Errorf("read agent credentials: %w", err)
+	}
+	latest := map[string]berth.AgentCredential{} // by agent id then creation time: the last wins
+	for _, c := range creds {
+		latest[c.AgentID] = c
+	}
+	for i := range n {
+		id := fmt.Sprintf("dev-agent-%d", i+1)
+		if c, ok := latest[id]; ok && c.RevokedBy == "admin" {
+			way := "start with a new --data directory"
+			if i > 0 {
+				way = fmt.Sprintf("start with --agents %d (the agents before it) or with a new --data directory", i)
+			}
+			return berth.Errorf(berth.EForbidden,
+				"%s was revoked by an admin (berth agents revoke), and a revoked agent id stays out (TRUST-1): %s", id, way)
+		}
+	}
+	return nil
 }
 
 // devTemplates are always present in dev (SPEC §13).

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+)
+
+// TestDevDataInUse: a second berth dev on the --data directory of one that runs is refused
+// before it touches anything (found by a new user: it started anyway, removed the first's
+// running sandbox as a leftover, and the two fought over their agents' credentials). The
+// first keeps its sandbox and its agent's one live credential; once it stops, the directory
+// is free again.
+func TestDevDataInUse(t *testing.T) {
+	first := bootDev(t, nil)
+	ctx := context.Background()
+	c := adminClient(first)
+	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	before := treeOf(t, first.dataDir)
+
+	cfg := defaultDevConfig()
+	cfg.Listen, cfg.Data, cfg.Agents = "127.0.0.1:0", first.dataDir, 1
+	cfg.Runtime.Runtime, cfg.Runtime.Insecure = runtimeProcess, os.Geteuid() != 0 // as bootDev
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	second, err := startDev(ctx, cfg)
+	if err == nil {
+		second.Close()
+		t.Fatal("a second berth dev on the same --data started")
+	}
+	if berth.ErrorCode(err) != berth.EInvalidRequest || !strings.Contains(err.Error(), "another berth dev runs with --data "+first.dataDir) {
+		t.Fatalf("second start: %v (%s); want invalid_request naming the directory in use", err, berth.ErrorCode(err))
+	}
+	if exitCode(err) != exitInvalid {
+		t.Errorf("second start exits %d, want %d", exitCode(err), exitInvalid)
+	}
+
+	got, err := c.Sandbox(ctx, sb.ID)
+	if err != nil || got.State != berth.SandboxRunning {
+		t.Fatalf("the first stack's sandbox after the refused start: %+v, %v; want running", got, err)
+	}
+	if res, err := c.Exec(ctx, sb.ID, berth.ExecRequest{Cmd: []string{"echo", "still"}}); err != nil || res.Stdout != "still\n" {
+		t.Fatalf("exec in the first stack's sandbox: %+v, %v", res, err)
+	}
+	creds, err := first.Store.AgentCredentials(ctx)
+	if err != nil || len(creds) != 1 || !creds[0].Live() {
+		t.Fatalf("agent credentials after the refused start: %+v, %v; want the first stack's one, live", creds, err)
+	}
+	// What the refused start saw of the directory is what is there (the running stack's own
+	// writes aside, which do not add or remove entries here).
+	if after := treeOf(t, first.dataDir); len(after) != len(before) {
+		t.Errorf("the refused start changed --data: %d entries before, %d after", len(before), len(after))
+	}
+
+	if err := first.Close(); err != nil {
+		t.Fatalf("close the first: %v", err)
+	}
+	again, err := startDev(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start on the directory once the first stopped: %v", err)
+	}
+	again.Close()
+}
+
+// TestDevRevokedAgent: after `berth agents revoke dev-agent-2`, a restart of berth dev on the
+// same directory is refused at once, before it serves, naming the agent and the ways on
+// (found by a new user: it served for 30 s and then exited saying only that one agent did
+// not heartbeat, on every restart). With --agents 1 it starts.
+func TestDevRevokedAgent(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.Agents = 2 })
+	ctx := context.Background()
+	if n, err := client.New(st.URL, st.AdminKey).RevokeAgent(ctx, "dev-agent-2"); err != nil || n != 1 {
+		t.Fatalf("revoke dev-agent-2: %d, %v", n, err)
+	}
+	data := st.dataDir
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := defaultDevConfig()
+	cfg.Listen, cfg.Data, cfg.Agents = "127.0.0.1:0", data, 2
+	cfg.Runtime.Runtime, cfg.Runtime.Insecure = runtimeProcess, os.Geteuid() != 0 // as bootDev
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := time.Now()
+	again, err := startDev(ctx, cfg)
+	if err == nil {
+		again.Close()
+		t.Fatal("berth dev started with a revoked dev-agent-2")
+	}
+	if berth.ErrorCode(err) != berth.EForbidden || !strings.Contains(err.Error(), "dev-agent-2 was revoked") ||
+		!strings.Contains(err.Error(), "--agents 1") || !strings.Contains(err.Error(), "new --data") {
+		t.Fatalf("start with a revoked agent: %v; want forbidden naming dev-agent-2, --agents 1 and a new --data", err)
+	}
+	t.Logf("refused after %s", time.Since(start)) // before any agent's 30 s heartbeat wait
+
+	cfg.Agents = 1
+	one, err := startDev(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start with --agents 1 (without the revoked one): %v", err)
+	}
+	one.Close()
+}
