@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -178,7 +179,8 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	kill := &cobra.Command{
-		Use: "kill ID", Aliases: []string{"delete", "rm"}, Short: "Stop and delete a sandbox", Args: cobra.ExactArgs(1),
+		Use: "kill ID", Aliases: []string{"delete", "rm"}, Args: cobra.ExactArgs(1),
+		Short: "Stop a sandbox (its record stays, state stopped; one that already ended is left as it is)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
@@ -187,7 +189,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 			if err := c.DeleteSandbox(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "stopped", args[0])
+			fmt.Fprintln(cmd.OutOrStdout(), killReport(cmd.Context(), c, args[0]))
 			return nil
 		},
 	}
@@ -428,4 +430,16 @@ func newTenantsCmd(cf *clientFlags) *cobra.Command {
 	quota.Flags().Int64Var(&q.MaxMemoryMiB, "memory-mb", 0, "set the most configured memory of live sandboxes, MiB (0: no limit); not given: unchanged")
 	cmd.AddCommand(create, key, quota)
 	return cmd
+}
+
+// killReport says what `sandbox kill id` did, from the sandbox's state after the delete: a
+// DELETE on a sandbox that had already ended (lost, failed, evicted…) answers 204 and changes
+// nothing, and "stopped" would then be untrue (found by a new user on a lost sandbox). When the
+// state cannot be read, the delete's own success is all there is to say.
+func killReport(ctx context.Context, c *client.Client, id string) string {
+	sb, err := c.Sandbox(ctx, id)
+	if err != nil || sb.State == berth.SandboxStopped {
+		return "stopped " + id
+	}
+	return fmt.Sprintf("%s had already ended (%s): nothing to stop", id, sb.State)
 }

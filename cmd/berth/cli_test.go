@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
 )
@@ -78,12 +79,23 @@ func TestCLI_SandboxLifecycle(t *testing.T) {
 	if out, err := berthCLI(t, st, "", "events", "agent/dev-agent-1"); err != nil || !strings.Contains(out, "cli test") {
 		t.Fatalf("events: %q, %v; want the drain with its reason", out, err)
 	}
-	if _, err := berthCLI(t, st, "", "sandbox", "kill", sb.ID); err != nil {
-		t.Fatalf("kill: %v", err)
+	if out, err := berthCLI(t, st, "", "sandbox", "kill", sb.ID); err != nil || out != "stopped "+sb.ID+"\n" {
+		t.Fatalf("kill: %q, %v; want it to say it stopped %s", out, err, sb.ID)
 	}
 	out, err = berthCLI(t, st, "", "sandbox", "get", sb.ID)
 	if err != nil || !strings.Contains(out, `"stopped"`) {
 		t.Fatalf("after kill: %q, %v", out, err)
+	}
+	// A sandbox that had already ended is left as it is, and kill says so (not "stopped").
+	gone, err := adminClient(st).CreateSandbox(context.Background(), berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Store.TransitionSandbox(context.Background(), gone.ID, nil, berth.SandboxLost, "test: its host went away", "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := berthCLI(t, st, "", "sandbox", "kill", gone.ID); err != nil || out != gone.ID+" had already ended (lost): nothing to stop\n" {
+		t.Fatalf("kill of a lost sandbox: %q, %v; want it to say the sandbox had already ended", out, err)
 	}
 	_, err = berthCLI(t, st, "", "sandbox", "create", "cobol")
 	if code := berth.ErrorCode(err); code != berth.ETemplateNotFound || exitCode(err) != exitInvalid {
