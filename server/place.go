@@ -120,7 +120,9 @@ func (s *scheduler) restoreAttempt(sb berth.Sandbox, from []berth.SandboxState, 
 	now := s.cfg.Clock()
 	expires := sb.ExpiresAt
 	if !expires.IsZero() && !sb.PausedAt.IsZero() && now.After(sb.PausedAt) {
-		expires = expires.Add(now.Sub(sb.PausedAt)) // PAUSE-1: a paused sandbox's TTL clock stops
+		// PAUSE-1: a paused sandbox's TTL clock stops. To the millisecond, as the store keeps
+		// it, so the resume's answer reads as every later get does.
+		expires = expires.Add(now.Sub(sb.PausedAt)).UTC().Truncate(time.Millisecond)
 	}
 	pausedAt := sb.PausedAt
 	if pausedAt.IsZero() {

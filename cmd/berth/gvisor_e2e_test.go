@@ -214,6 +214,11 @@ func TestPAUSE1_ResumeOnTheOtherAgent(t *testing.T) {
 			if err != nil || resumed.State != berth.SandboxRunning || resumed.AgentID != other || resumed.ID != sb.ID {
 				t.Fatalf("resume: %+v, %v; want %s running on %s", resumed, err, sb.ID, other)
 			}
+			// The resume's answer says what a get says: the TTL moved on by the pause, to the
+			// millisecond the store keeps (it answered nanoseconds a get never showed).
+			if got, err := c.Sandbox(ctx, sb.ID); err != nil || !got.ExpiresAt.Equal(resumed.ExpiresAt) {
+				t.Fatalf("expires_at: the resume answered %v, a get reads %v (%v)", resumed.ExpiresAt, got.ExpiresAt, err)
+			}
 			after := counter(t, c, sb.ID)
 			if after < atPause {
 				t.Fatalf("counter %d after the resume, %d before the pause: it started over", after, atPause)
