@@ -3,6 +3,7 @@ package berth
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -111,4 +112,14 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// ServiceExitedMessage is service_exited's message (APP-2): the service's exit code and the
+// tail of what it printed, or that it printed nothing (an empty tail read as a dangling
+// "output tail:" in an app's reason).
+func ServiceExitedMessage(code int, tail string) string {
+	if strings.TrimSpace(tail) == "" {
+		return fmt.Sprintf("the service exited with code %d and printed nothing", code)
+	}
+	return fmt.Sprintf("the service exited with code %d; output tail:\n%s", code, tail)
 }

@@ -173,7 +173,7 @@ func (a *Agent) upstreamErr(ctx context.Context, svc Services, id string, port i
 	}
 	if ctx.Err() == nil {
 		if st, serr := svc.ServiceStatus(ctx, id); serr == nil && st.Exited {
-			return berth.Errorf(berth.EServiceExited, "the service exited with code %d; output tail:\n%s", st.ExitCode, st.Output)
+			return &berth.Error{Code: berth.EServiceExited, Message: berth.ServiceExitedMessage(st.ExitCode, st.Output)}
 		}
 	}
 	a.log.Info("app did not answer", "sandbox", id, "port", port, "err", err)

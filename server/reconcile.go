@@ -438,7 +438,7 @@ func (s *Server) failApp(ctx context.Context, a berth.App, reason string) {
 // oneLine folds a multi-line message (a command's output tail) into one line for a reason,
 // so tables of apps and events stay one row each.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ⏎ ")), " ")
+	return strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")), " ")
 }
 
 // ReasonExcerptBytes bounds how much of a failure's text (which may carry a command's output,

@@ -150,7 +150,7 @@ func (s *server) unreachable(port int, err error) wireResponse {
 	switch {
 	case cur != nil && cur.exited:
 		return wireResponse{Code: berth.EServiceExited, ExitCode: cur.exitCode,
-			Message: fmt.Sprintf("the service exited with code %d; output tail:\n%s", cur.exitCode, cur.out.String())}
+			Message: berth.ServiceExitedMessage(cur.exitCode, cur.out.String())}
 	case cur == nil:
 		return wireResponse{Code: berth.EUpstream,
 			Message: fmt.Sprintf("nothing answers on port %d inside the sandbox and no service was started: %v", port, cause(err))}
