@@ -53,6 +53,9 @@ type devConfig struct {
 	agentHook func(i int, c *agent.Config)
 	// serverHook, for tests, adjusts the server's config before it starts.
 	serverHook func(c *server.Config)
+	// lockHook, for tests, runs just before the data directory is locked: what another
+	// stack writes there while this one starts.
+	lockHook func()
 
 	// WarmPool is each agent's --warm-pool (issue 16, goal 5; default none).
 	WarmPool []agent.WarmPoolEntry
@@ -194,6 +197,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &devStack{stop: cancel, dataDir: data, URL: "http://" + ln.Addr().String()}
+	inUse := false // another berth dev holds data: a failed start must not touch it
 	defer func() {
 		if err == nil {
 			return
@@ -205,6 +209,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 			cfg.Logger.Warn("berth dev: start failed and did not stop cleanly; its files stay in "+data, "err", cerr)
 			return
 		}
+		if inUse {
+			return // what appeared there since noteDir is the running stack's, not this start's
+		}
 		if uerr := undo.undo(); uerr != nil {
 			cfg.Logger.Warn("berth dev: start failed; could not remove what it created in "+data, "err", uerr)
 		}
@@ -212,7 +219,11 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return s, fmt.Errorf("data dir: %w", err)
 	}
+	if cfg.lockHook != nil {
+		cfg.lockHook()
+	}
 	if s.dataLock, err = lockDevData(data); err != nil {
+		inUse = berth.ErrorCode(err) == berth.EInvalidRequest
 		return s, err
 	}
 
