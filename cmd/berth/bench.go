@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/runtime/noop"
+	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
 )
 
@@ -49,14 +50,21 @@ type benchConfig struct {
 
 // benchResult is what one run measured. Latencies are of single attempts (no client retry).
 type benchResult struct {
-	Elapsed      time.Duration
-	Attempts     int
-	Created      int
-	ByCode       map[string]int
-	Latency      []time.Duration // of successful creates, sorted
-	Outstanding  int             // reservations left when the creates stopped
+	Elapsed  time.Duration
+	Attempts int
+	Created  int
+	ByCode   map[string]int
+	Latency  []time.Duration // of successful creates, sorted
+	// Outstanding and OutstandingM are the reservations (count, MiB) left when the creates
+	// stopped; LedgerErr says why they are unknown (then both are 0): GET /v1/reservations
+	// needs an admin key.
+	Outstanding  int
 	OutstandingM int64
-	AfterCleanup int // reservations left after deleting what was created (-1: no cleanup)
+	LedgerErr    error
+	// AfterCleanup is the reservations left after deleting what was created (-1: no cleanup);
+	// AfterCleanupErr says why it is unknown after a cleanup (then it is 0).
+	AfterCleanup    int
+	AfterCleanupErr error
 }
 
 func newBenchCreateCmd(cf *clientFlags) *cobra.Command {
@@ -65,12 +73,30 @@ func newBenchCreateCmd(cf *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Drive POST /v1/sandboxes with N concurrent clients for a bounded time; print creates/s, latency, refusals",
-		Args:  cobra.NoArgs,
+		Long: "Drive POST /v1/sandboxes with --clients clients, round-robin over --urls (default --url), until --duration\n" +
+			"(at most 10m) or --max-creates attempts run out; print creates/s, latency and refusals by code.\n\n" +
+			"Every URL must be http://HOST:PORT or https://HOST:PORT: a bad one is refused before anything is sent (exit 2).\n" +
+			"The run stops early, prints the error instead of a report, and deletes what it created (--cleanup) when:\n" +
+			"  - an attempt gets no answer (connection refused, DNS, timeout) from a URL that has not answered any attempt\n" +
+			"    yet: the server cannot be reached (exit 3). Once a URL has answered, its transport failures are counted\n" +
+			"    as \"refused transport\" and the run goes on;\n" +
+			"  - the server refuses a create with a 4xx other than 429 (401 unauthorized, 403 forbidden or\n" +
+			"    tenant_over_quota, 404 template_not_found, 400 invalid_request…): every further create would be refused\n" +
+			"    the same way. Exit 2 for 400/404/413 (a flag to fix, such as --template), else 1.\n" +
+			"A 429 or 503 refusal is counted, not a stop: it is what a load test measures.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if urls == "" {
-				urls = cf.url
+				u, err := cf.serverURL()
+				if err != nil {
+					return err
+				}
+				urls = u
 			}
 			cfg.URLs = strings.Split(urls, ",")
+			if err := cfg.check(); err != nil {
+				return err
+			}
 			key, err := cf.resolveKey()
 			if err != nil {
 				return err
@@ -95,44 +121,98 @@ func newBenchCreateCmd(cf *clientFlags) *cobra.Command {
 	return cmd
 }
 
+// check refuses a run that cannot work as asked, naming the flag: --clients outside
+// 1–4096, a --duration not in (0, 10m], --max-creates below 1, and a --urls entry that is
+// not http(s)://HOST[:PORT] (a *usageError, exit 2).
+func (c benchConfig) check() error {
+	switch {
+	case c.Clients < 1 || c.Clients > 4096:
+		return badInput("--clients %d: want 1–4096", c.Clients)
+	case c.Duration <= 0 || c.Duration > 10*time.Minute:
+		return badInput("--duration %s: want more than 0 and at most 10m", c.Duration)
+	case c.MaxCreates < 1:
+		return badInput("--max-creates %d: want 1 or more", c.MaxCreates)
+	case len(c.URLs) == 0:
+		return badInput("--urls: want at least one server URL")
+	}
+	for _, u := range c.URLs {
+		if err := checkServerURL("--urls", u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runBenchCreate sends creates until the duration or the attempt bound runs out (both are
 // enforced: the loop is bounded in count and time), then counts the ledger and cleans up.
+//
+// It stops early and returns an error (after the cleanup of what it created, without
+// reading the ledger) when the run could only measure a mistake:
+//   - an attempt to a URL that has answered no attempt yet gets no answer: the
+//     *client.TransportError (unreachable, exit 3, for connection refused, DNS or a timeout);
+//   - a create is refused with a 4xx other than 429: the server's *berth.Error (exitCode maps
+//     its code: 2 for 400/404/413, else 1), or an error saying the answer was not Berth's.
+//
+// A transport failure from a URL that has answered before, a 429 or a 5xx is counted in
+// ByCode and the run goes on. Invalid cfg is a *usageError (check).
 func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
-	if cfg.Clients < 1 || cfg.Clients > 4096 || cfg.Duration <= 0 || cfg.Duration > 10*time.Minute || cfg.MaxCreates < 1 || len(cfg.URLs) == 0 {
-		return benchResult{}, berth.Errorf(berth.EInvalidRequest, "need 1–4096 clients, a duration up to 10m, max-creates ≥ 1 and a URL")
+	if err := cfg.check(); err != nil {
+		return benchResult{}, err
 	}
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: cfg.Clients * 2, MaxIdleConnsPerHost: cfg.Clients * 2, IdleConnTimeout: time.Minute,
 	}}
 	body, _ := json.Marshal(berth.CreateRequest{Template: cfg.Template, MemoryMiB: cfg.MemoryMiB})
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	var (
-		next    atomic.Int64
-		mu      sync.Mutex
-		res     = benchResult{ByCode: map[string]int{}, AfterCleanup: -1}
-		created []createdRef
+		next     atomic.Int64
+		mu       sync.Mutex
+		res      = benchResult{ByCode: map[string]int{}, AfterCleanup: -1}
+		created  []createdRef
+		answered = map[string]bool{} // URLs that answered an attempt (any status)
+		stopErr  error
 	)
+	stop := func(err error) { // with mu held
+		if stopErr == nil {
+			stopErr = err
+			stopRun()
+		}
+	}
 	deadline := time.Now().Add(cfg.Duration)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range cfg.Clients {
 		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(deadline) {
+			for runCtx.Err() == nil && time.Now().Before(deadline) {
 				n := next.Add(1)
 				if n > int64(cfg.MaxCreates) {
 					return
 				}
 				url := cfg.URLs[int(n)%len(cfg.URLs)]
 				t0 := time.Now()
-				id, code := benchCreateOnce(ctx, hc, url, cfg.Key, body)
+				a := benchCreateOnce(runCtx, hc, url, cfg.Key, body)
 				d := time.Since(t0)
 				mu.Lock()
+				if a.code == "transport" && runCtx.Err() != nil {
+					mu.Unlock() // cut short by a stop or an interrupt: not a measurement
+					return
+				}
 				res.Attempts++
-				if code == "" {
+				switch {
+				case a.code == "":
 					res.Created++
 					res.Latency = append(res.Latency, d)
-					created = append(created, createdRef{url, id})
-				} else {
-					res.ByCode[code]++
+					created = append(created, createdRef{url, a.id})
+				case a.code == "transport" && !answered[url]:
+					stop(a.err)
+				case a.status >= 400 && a.status < 500 && a.status != http.StatusTooManyRequests:
+					stop(a.err)
+				default:
+					res.ByCode[a.code]++
+				}
+				if a.code != "transport" {
+					answered[url] = true
 				}
 				mu.Unlock()
 			}
@@ -144,12 +224,19 @@ func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	if cfg.AfterCreates != nil {
 		cfg.AfterCreates()
 	}
-	res.Outstanding, res.OutstandingM = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
+	if stopErr == nil {
+		res.Outstanding, res.OutstandingM, res.LedgerErr = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
+	}
 	if cfg.Cleanup {
 		cctx, cancel := context.WithTimeout(ctx, benchCleanupMax)
 		benchCleanup(cctx, hc, cfg.Key, created, cfg.Clients)
 		cancel()
-		res.AfterCleanup, _ = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
+		if stopErr == nil {
+			res.AfterCleanup, _, res.AfterCleanupErr = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
+		}
+	}
+	if stopErr != nil {
+		return res, stopErr
 	}
 	return res, nil
 }
@@ -162,56 +249,82 @@ func randomKey() string {
 	return hex.EncodeToString(b)
 }
 
-// benchCreateOnce sends one create and returns the sandbox id, or the error code ("transport"
-// when no answer came).
-func benchCreateOnce(ctx context.Context, hc *http.Client, url, key string, body []byte) (string, string) {
+// benchAttempt is one create's outcome: the sandbox id, or the error code ("transport" when
+// no answer came) with the HTTP status (0 without an answer) and the error to report should
+// the run stop on it.
+type benchAttempt struct {
+	id, code string
+	status   int
+	err      error
+}
+
+// benchCreateOnce sends one create to url.
+func benchCreateOnce(ctx context.Context, hc *http.Client, url, key string, body []byte) benchAttempt {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/sandboxes", bytes.NewReader(body))
 	if err != nil {
-		return "", "transport"
+		return benchAttempt{code: "transport", err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(berth.HeaderIdempotencyKey, randomKey())
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", "transport"
+		return benchAttempt{code: "transport", err: &client.TransportError{Method: http.MethodPost, Path: "/v1/sandboxes", Server: url, Err: err}}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode == http.StatusCreated {
 		var sb berth.Sandbox
 		if json.Unmarshal(b, &sb) == nil {
-			return sb.ID, ""
+			return benchAttempt{id: sb.ID}
 		}
-		return "", "bad_body"
+		return benchAttempt{code: "bad_body", status: resp.StatusCode,
+			err: fmt.Errorf("POST %s/v1/sandboxes answered 201 with a body that is not a sandbox", url)}
 	}
 	var eb berth.ErrorBody
 	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-		return "", eb.Error.Code
+		return benchAttempt{code: eb.Error.Code, status: resp.StatusCode, err: &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}}
 	}
-	return "", fmt.Sprintf("http_%d", resp.StatusCode)
+	return benchAttempt{code: fmt.Sprintf("http_%d", resp.StatusCode), status: resp.StatusCode,
+		err: fmt.Errorf("POST %s/v1/sandboxes answered HTTP %d without a Berth error: is it a Berth server?", url, resp.StatusCode)}
 }
 
-// benchLedger returns the number and MiB of outstanding reservations (admin key needed).
-func benchLedger(ctx context.Context, hc *http.Client, url, key string) (int, int64) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/reservations", nil)
+// benchLedger returns the number and MiB of outstanding reservations, or why they could not
+// be read: no answer, or a refusal (GET /v1/reservations needs an admin key).
+func benchLedger(ctx context.Context, hc *http.Client, url, key string) (int, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/reservations", nil)
+	if err != nil {
+		return 0, 0, err
+	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return -1, 0
+		return 0, 0, fmt.Errorf("no answer from %s: %s", url, (&client.TransportError{Err: err}).Reason())
 	}
 	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode != http.StatusOK {
+		what := fmt.Sprintf("HTTP %d", resp.StatusCode)
+		var eb berth.ErrorBody
+		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+			what = eb.Error.Code
+		}
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return 0, 0, fmt.Errorf("GET /v1/reservations answered %s: it needs an admin key", what)
+		}
+		return 0, 0, fmt.Errorf("GET /v1/reservations answered %s", what)
+	}
 	var out struct {
 		Reservations []berth.Reservation `json:"reservations"`
 	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&out) != nil {
-		return -1, 0
+	if err := json.Unmarshal(b, &out); err != nil {
+		return 0, 0, errors.New("GET /v1/reservations answered a body that is not a list of reservations")
 	}
 	var mib int64
 	for _, r := range out.Reservations {
 		mib += r.MiB
 	}
-	return len(out.Reservations), mib
+	return len(out.Reservations), mib, nil
 }
 
 // benchCleanupMax bounds the clean-up's deletes; what is left after it stays (the report's
@@ -267,8 +380,15 @@ func (r benchResult) print(w io.Writer, cfg benchConfig) {
 	for _, c := range codes {
 		fmt.Fprintf(tw, "refused %s\t%d\n", c, r.ByCode[c])
 	}
-	fmt.Fprintf(tw, "outstanding reservations at stop\t%d (%d MiB)\n", r.Outstanding, r.OutstandingM)
-	if r.AfterCleanup >= 0 {
+	if r.LedgerErr != nil {
+		fmt.Fprintf(tw, "outstanding reservations at stop\tunknown (%v)\n", r.LedgerErr)
+	} else {
+		fmt.Fprintf(tw, "outstanding reservations at stop\t%d (%d MiB)\n", r.Outstanding, r.OutstandingM)
+	}
+	switch {
+	case r.AfterCleanupErr != nil:
+		fmt.Fprintf(tw, "outstanding reservations after cleanup\tunknown (%v)\n", r.AfterCleanupErr)
+	case r.AfterCleanup >= 0:
 		fmt.Fprintf(tw, "outstanding reservations after cleanup\t%d\n", r.AfterCleanup)
 	}
 	_ = tw.Flush()

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +57,19 @@ type fleetConfig struct {
 	// CPUProfile, when set, is a file the creates' CPU profile of this process is written
 	// to (go tool pprof reads it).
 	CPUProfile string
+}
+
+// refusalList words refusals by code for a person: "no_capacity 3, transport 1", sorted by
+// code, or "none".
+func refusalList(byCode map[string]int) string {
+	if len(byCode) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(byCode))
+	for _, code := range slices.Sorted(maps.Keys(byCode)) {
+		parts = append(parts, fmt.Sprintf("%s %d", code, byCode[code]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // fleetReport is what one `bench fleet` run measured.
@@ -119,7 +134,8 @@ func newBenchFleetCmd() *cobra.Command {
 	return cmd
 }
 
-// check refuses a fleet that cannot run as asked, or that would leave loopback.
+// check refuses a fleet that cannot run as asked, or that would leave loopback: an
+// invalid_request (exit 2) naming the flag, before anything starts.
 func (c fleetConfig) check() error {
 	switch {
 	case c.Replicas < 1 || c.Replicas > 16:
@@ -132,6 +148,10 @@ func (c fleetConfig) check() error {
 		return berth.Errorf(berth.EInvalidRequest, "--heartbeat-interval must be positive")
 	case c.SimAgents < 0 || c.SimAgents > 20000 || (c.SimAgents > 0 && c.SimInterval <= 0):
 		return berth.Errorf(berth.EInvalidRequest, "--sim-agents must be 0–20000, with a positive --sim-interval")
+	case c.Clients < 1 || c.Clients > 4096:
+		return berth.Errorf(berth.EInvalidRequest, "--clients %d: want 1–4096", c.Clients)
+	case c.Duration <= 0 || c.Duration > 10*time.Minute:
+		return berth.Errorf(berth.EInvalidRequest, "--duration %s: want more than 0 and at most 10m", c.Duration)
 	}
 	if c.Store != "" {
 		u, err := url.Parse(c.Store)
@@ -464,7 +484,7 @@ func (r fleetReport) print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "fleet\t%d replica(s) on %s, %d no-op agents (heartbeat %s), %d clients\n", r.Cfg.Replicas, store, r.Cfg.Agents, r.Cfg.Heartbeat, r.Cfg.Clients)
 	fmt.Fprintf(tw, "elapsed\t%s\n", c.Elapsed.Round(time.Millisecond))
-	fmt.Fprintf(tw, "created\t%d of %d attempts (refused: %v)\n", c.Created, c.Attempts, c.ByCode)
+	fmt.Fprintf(tw, "created\t%d of %d attempts (refused: %s)\n", c.Created, c.Attempts, refusalList(c.ByCode))
 	creates := float64(c.Created) / c.Elapsed.Seconds()
 	fmt.Fprintf(tw, "creates/s\t%.0f\n", creates)
 	fmt.Fprintf(tw, "control-plane latency p50 / p99\t%s / %s (no-op runtime: no start time)\n",

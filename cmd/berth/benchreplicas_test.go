@@ -57,7 +57,7 @@ func TestBenchFleet(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench fleet: exit %d, stderr %q", r.code, r.stderr)
 	}
-	for _, want := range []string{"creates/s", "control-plane latency p50 / p99", "store round trips per create", "refused: map[]", "CPU: this process", "CPU: PostgreSQL", "unknown (not PostgreSQL)"} {
+	for _, want := range []string{"creates/s", "control-plane latency p50 / p99", "store round trips per create", "refused: none", "CPU: this process", "CPU: PostgreSQL", "unknown (not PostgreSQL)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the report lacks %q:\n%s", want, r.stdout)
 		}

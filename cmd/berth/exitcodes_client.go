@@ -113,15 +113,25 @@ func (f *clientFlags) serverURL() (string, error) {
 	if (f.changed == nil || !f.changed("url")) && os.Getenv("BERTH_URL") != "" {
 		src = "BERTH_URL"
 	}
-	u, err := url.Parse(f.url)
+	if err := checkServerURL(src, f.url); err != nil {
+		return "", err
+	}
+	return f.url, nil
+}
+
+// checkServerURL checks one server URL given by src (a flag or variable name, for the
+// message): http:// or https://, a host, no user info. Anything else is a *usageError (exit
+// 2) that says what is wanted, with the fix spelled out for a URL without a scheme.
+func checkServerURL(src, raw string) error {
+	u, err := url.Parse(raw)
 	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil {
-		return f.url, nil
+		return nil
 	}
 	hint := ""
-	if !strings.Contains(f.url, "://") && f.url != "" {
-		hint = fmt.Sprintf(" (did you mean http://%s ?)", f.url)
+	if !strings.Contains(raw, "://") && raw != "" {
+		hint = fmt.Sprintf(" (did you mean http://%s ?)", raw)
 	}
-	return "", badInput("%s %q is not a server URL: want http://HOST:PORT or https://HOST:PORT%s", src, f.url, hint)
+	return badInput("%s %q is not a server URL: want http://HOST:PORT or https://HOST:PORT%s", src, raw, hint)
 }
 
 // resolveKey returns --key, else BERTH_KEY, else the content of --key-file, and notes which.
