@@ -292,6 +292,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	go func() { defer s.wg.Done(); _ = tlsconf.Serve(s.httpSrv, bounded, nil, cfg.Logger) }()
 	go func() { defer s.wg.Done(); _ = srv.Run(ctx) }()
 
+	agentsFrom := time.Now()
 	for i, rt := range rts {
 		id := fmt.Sprintf("dev-agent-%d", i+1)
 		acfg := agent.DefaultConfig()
@@ -324,7 +325,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		s.agentDone = append(s.agentDone, done)
 		go func() { defer close(done); _ = a.Run(actx) }()
 	}
-	if err := s.waitAgents(ctx, cfg.Agents); err != nil {
+	if err := s.waitAgents(ctx, cfg.Agents, agentsFrom); err != nil {
 		return s, err
 	}
 	if fresh { // last: a start that failed leaves no key for the CLI to send anywhere
@@ -417,8 +418,15 @@ func (n *dirNote) undo() error {
 	return errors.Join(werr, errs)
 }
 
-// waitAgents waits (bounded) until n agents have heartbeated.
-func (s *devStack) waitAgents(ctx context.Context, n int) error {
+// waitAgents waits (bounded) until agents dev-agent-1..n have heartbeated since the time
+// they were started: a row an earlier run left, seen a moment before a restart, does not
+// count (it did, and a restart whose agent could not join passed this wait).
+func (s *devStack) waitAgents(ctx context.Context, n int, since time.Time) error {
+	since = since.Truncate(time.Millisecond) // the store keeps milliseconds
+	want := map[string]bool{}
+	for i := range n {
+		want[fmt.Sprintf("dev-agent-%d", i+1)] = true
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		as, err := s.Store.Agents(ctx)
@@ -427,7 +435,7 @@ func (s *devStack) waitAgents(ctx context.Context, n int) error {
 		}
 		seen := 0
 		for _, a := range as {
-			if strings.HasPrefix(a.AgentID, "dev-agent-") && time.Since(a.LastSeen) < 5*time.Second {
+			if want[a.AgentID] && !a.LastSeen.Before(since) {
 				seen++
 			}
 		}
