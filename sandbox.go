@@ -143,7 +143,18 @@ type CreateRequest struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 }
 
-// ExecRequest is the body of POST /v1/sandboxes/{id}/exec. TimeoutS is in seconds.
+// MaxJSONBodyBytes is the most bytes a JSON request body may have, on the API and on an
+// agent's internal API, heartbeats excepted (8 MiB): 1 MiB (1,048,576 bytes). A larger body
+// is refused with 413 request_too_large and nothing is done. An exec's Stdin counts within its
+// body as a JSON string, escaped (a control character or one of <, >, & takes 6 bytes).
+const MaxJSONBodyBytes = 1 << 20
+
+// MaxExecTimeoutS is the largest TimeoutS an exec takes, seconds; more is 400 invalid_request.
+const MaxExecTimeoutS = 3600
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec. TimeoutS is in seconds
+// (0: the server's default, 60; at most MaxExecTimeoutS). Stdin is the command's whole
+// standard input, text; the body, Stdin included, is at most MaxJSONBodyBytes as JSON.
 type ExecRequest struct {
 	Cmd      []string `json:"cmd"`
 	Stdin    string   `json:"stdin,omitempty"`

@@ -23,7 +23,7 @@ const (
 	maxMetadataKeyLen = 63
 	maxMetadataValLen = 256
 	maxIdemKeyLen     = 255
-	maxExecTimeoutS   = 3600
+	maxExecTimeoutS   = berth.MaxExecTimeoutS
 	defaultExecS      = 60
 )
 
