@@ -2,6 +2,7 @@ package berth
 
 import (
 	"cmp"
+	"strings"
 	"time"
 )
 
@@ -40,6 +41,16 @@ var SandboxStates = []SandboxState{
 	SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping, SandboxStopped,
 	SandboxFailed, SandboxLost, SandboxEvicted, SandboxEvacuating, SandboxReconstructed, SandboxMigrated,
 	SandboxPausing, SandboxPaused, SandboxResuming, SandboxSnapshotting,
+}
+
+// SandboxStateList is SandboxStates for a person, in lifecycle order: "pending, starting, …,
+// snapshotting" — what a refused state filter lists as the ones it takes.
+func SandboxStateList() string {
+	names := make([]string, len(SandboxStates))
+	for i, s := range SandboxStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }
 
 // Terminal reports whether no further transition leaves s.

@@ -61,6 +61,9 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 		Short: "List sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if state != "" && !berth.SandboxState(state).Valid() { // say which, before asking anyone
+				return badInput("--state %q: want one of %s", state, berth.SandboxStateList())
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err
@@ -73,7 +76,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	listOut = withOutput(list, outTable)
-	list.Flags().StringVar(&state, "state", "", "only sandboxes in this state")
+	list.Flags().StringVar(&state, "state", "", "only sandboxes in this state: "+berth.SandboxStateList())
 
 	get := &cobra.Command{
 		Use: "get ID", Short: "Show one sandbox", Args: cobra.ExactArgs(1),

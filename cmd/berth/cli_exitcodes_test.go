@@ -170,6 +170,8 @@ func TestCLI_ExitCodesBadInput(t *testing.T) {
 		{"sandbox create bad memory", []string{"sandbox", "create", "python", "--memory-mb", "lots"}, `--memory-mb "lots": want a whole number`},
 		{"sandbox create unknown flag", []string{"sandbox", "create", "python", "--gpu"}, "unknown flag: --gpu"},
 		{"sandbox list extra", []string{"sandbox", "list", "running"}, `unknown command "running"`},
+		{"sandbox list bad state", []string{"sandbox", "list", "--state", "bogus"}, `--state "bogus": want one of pending, starting, running, stopping, ` +
+			`stopped, failed, lost, evicted, evacuating, reconstructed, migrated, pausing, paused, resuming, snapshotting`},
 		{"sandbox get", []string{"sandbox", "get"}, "accepts 1 arg(s)"},
 		{"sandbox exec without command", []string{"sandbox", "exec", "sb-1"}, "requires at least 2 arg(s)"},
 		{"sandbox exec bad timeout", []string{"sandbox", "exec", "sb-1", "--timeout", "1m", "--", "true"}, `--timeout "1m": want a whole number`},
