@@ -197,6 +197,7 @@ func TestCLI_ExitCodesBadInput(t *testing.T) {
 		{"apps create bad --file", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "--file", "index.html", "--", "sh"}, `--file "index.html": want PATH=LOCALFILE`},
 		{"apps create missing --file", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "--file", "a=" + dir + "/nope", "--", "sh"}, "cannot read " + dir + "/nope: no such file or directory"},
 		{"apps create bad --env", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "--env", "DEBUG", "--", "sh"}, `--env "DEBUG": want NAME=VALUE`},
+		{"apps create bad -o", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "-o", "xml", "--", "sh"}, `-o "xml": want table, json or yaml`},
 		{"apps list extra", []string{"apps", "list", "web"}, `unknown command "web"`},
 		{"apps get", []string{"apps", "get"}, "accepts 1 arg(s)"},
 		{"apps deploy", []string{"apps", "deploy"}, "requires at least 1 arg(s)"},
