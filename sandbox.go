@@ -2,6 +2,7 @@ package berth
 
 import (
 	"cmp"
+	"strings"
 	"time"
 )
 
@@ -40,6 +41,16 @@ var SandboxStates = []SandboxState{
 	SandboxPending, SandboxStarting, SandboxRunning, SandboxStopping, SandboxStopped,
 	SandboxFailed, SandboxLost, SandboxEvicted, SandboxEvacuating, SandboxReconstructed, SandboxMigrated,
 	SandboxPausing, SandboxPaused, SandboxResuming, SandboxSnapshotting,
+}
+
+// SandboxStateList is SandboxStates for a person, in lifecycle order: "pending, starting, …,
+// snapshotting" — what a refused state filter lists as the ones it takes.
+func SandboxStateList() string {
+	names := make([]string, len(SandboxStates))
+	for i, s := range SandboxStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }
 
 // Terminal reports whether no further transition leaves s.
@@ -143,7 +154,18 @@ type CreateRequest struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 }
 
-// ExecRequest is the body of POST /v1/sandboxes/{id}/exec. TimeoutS is in seconds.
+// MaxJSONBodyBytes is the most bytes a JSON request body may have, on the API and on an
+// agent's internal API, heartbeats excepted (8 MiB): 1 MiB (1,048,576 bytes). A larger body
+// is refused with 413 request_too_large and nothing is done. An exec's Stdin counts within its
+// body as a JSON string, escaped (a control character or one of <, >, & takes 6 bytes).
+const MaxJSONBodyBytes = 1 << 20
+
+// MaxExecTimeoutS is the largest TimeoutS an exec takes, seconds; more is 400 invalid_request.
+const MaxExecTimeoutS = 3600
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec. TimeoutS is in seconds
+// (0: the server's default, 60; at most MaxExecTimeoutS). Stdin is the command's whole
+// standard input, text; the body, Stdin included, is at most MaxJSONBodyBytes as JSON.
 type ExecRequest struct {
 	Cmd      []string `json:"cmd"`
 	Stdin    string   `json:"stdin,omitempty"`

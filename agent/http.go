@@ -15,7 +15,7 @@ import (
 // File bodies are capped at 64 MiB (sbinit.MaxFileBytes); JSON bodies at 1 MiB.
 const (
 	maxFileBytes = 64 << 20
-	maxJSONBytes = 1 << 20
+	maxJSONBytes = berth.MaxJSONBodyBytes
 )
 
 // Handler returns the agent's internal API. Every call carries the replicas' call token for

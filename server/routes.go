@@ -16,7 +16,7 @@ import (
 // Body limits: JSON requests 1 MiB, heartbeats 8 MiB (they list every held sandbox),
 // files 64 MiB.
 const (
-	maxJSONBytes      = 1 << 20
+	maxJSONBytes      = berth.MaxJSONBodyBytes
 	maxHeartbeatBytes = 8 << 20
 	maxFileBytes      = 64 << 20
 )

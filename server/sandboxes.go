@@ -23,7 +23,7 @@ const (
 	maxMetadataKeyLen = 63
 	maxMetadataValLen = 256
 	maxIdemKeyLen     = 255
-	maxExecTimeoutS   = 3600
+	maxExecTimeoutS   = berth.MaxExecTimeoutS
 	defaultExecS      = 60
 )
 
@@ -306,7 +306,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p principal)
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, p principal) error {
 	f := berth.SandboxFilter{State: berth.SandboxState(r.URL.Query().Get("state"))}
 	if f.State != "" && !f.State.Valid() {
-		return berth.Errorf(berth.EInvalidRequest, "unknown state %q", f.State)
+		return berth.Errorf(berth.EInvalidRequest, "unknown state %q: want one of %s", f.State, berth.SandboxStateList())
 	}
 	if !p.admin() {
 		f.Tenant = p.Tenant

@@ -82,7 +82,7 @@ func (f *specFlags) apply(cmd *cobra.Command, spec *berth.AppSpec, command []str
 }
 
 func newAppsCmd(cf *clientFlags) *cobra.Command {
-	var listOut, getOut printer // -o, registered below with each command
+	var createOut, listOut, getOut printer // -o, registered below with each command
 	cmd := &cobra.Command{Use: "apps", Aliases: []string{"app"}, Short: "Long-lived apps: create, deploy, hibernate, wake (APP-1, APP-2)",
 		Long: "An app is a long-lived HTTP server in a sandbox, reached at <server>/apps/<name>/. It hibernates\n" +
 			"after --idle seconds without a request and wakes on the next one. A full fleet never fails an app:\n" +
@@ -93,7 +93,7 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 	var desired string
 	create := &cobra.Command{
 		Use:   "create NAME --template T --port P [--file PATH=LOCAL]... -- CMD [ARG...]",
-		Short: "Create an app and start it (or leave it hibernated or stopped with --desired)",
+		Short: "Create an app and start it (or leave it hibernated or stopped with --desired); prints it as JSON",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
@@ -108,9 +108,10 @@ func newAppsCmd(cf *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), a)
+			return createOut.print(cmd, a, appTable(a))
 		},
 	}
+	createOut = withOutput(create, outJSON)
 	sf.register(create, true)
 	_ = create.MarkFlagRequired("template")
 	_ = create.MarkFlagRequired("port")

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -498,6 +500,37 @@ func TestCLI_Apps(t *testing.T) {
 		sbs, err := c.Sandboxes(context.Background(), berth.SandboxRunning)
 		return err == nil && len(sbs) == 0, fmt.Sprint(len(sbs), err)
 	})
+}
+
+// TestCLI_AppsCreateOutput (a new user's report: `berth apps create … -o json` failed with
+// "unknown shorthand flag: 'o'"): apps create takes -o table|json|yaml like sandbox create,
+// JSON by default as it always printed. The apps are created stopped: nothing needs to run.
+func TestCLI_AppsCreateOutput(t *testing.T) {
+	st := bootDev(t, nil)
+	create := func(name string, o ...string) string {
+		t.Helper()
+		args := append([]string{"apps", "create", name, "--template", "python", "--port", "8080", "--desired", "stopped"}, o...)
+		out, err := berthCLI(t, st, "", append(args, "--", "python3", "-m", "http.server", "8080")...)
+		if err != nil {
+			t.Fatalf("apps create %s %v: %v (%s)", name, o, err, out)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		o    []string
+	}{{"out-default", nil}, {"out-json", []string{"-o", "json"}}, {"out-json-long", []string{"--output=json"}}} {
+		var a berth.App
+		if out := create(tc.name, tc.o...); json.Unmarshal([]byte(out), &a) != nil || a.Name != tc.name || a.Desired != berth.AppDesired("stopped") {
+			t.Errorf("apps create %s %v printed %q; want the app as JSON", tc.name, tc.o, out)
+		}
+	}
+	if out := create("out-yaml", "-o", "yaml"); !strings.Contains(out, "\nname: out-yaml\n") || strings.HasPrefix(out, "{") {
+		t.Errorf("apps create -o yaml printed %q; want the app as YAML", out)
+	}
+	if out := create("out-table", "-o", "table"); !regexp.MustCompile(`^NAME +STATE +DESIRED .*\nout-table +\S+ +stopped `).MatchString(out) {
+		t.Errorf("apps create -o table printed %q; want a header and the app's row", out)
+	}
 }
 
 // TestAPP2_TwoReplicasOneSandbox: two replicas reconcile the same apps every 10 ms over one

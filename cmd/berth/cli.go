@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
@@ -60,6 +61,9 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 		Short: "List sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if state != "" && !berth.SandboxState(state).Valid() { // say which, before asking anyone
+				return badInput("--state %q: want one of %s", state, berth.SandboxStateList())
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err
@@ -72,7 +76,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	listOut = withOutput(list, outTable)
-	list.Flags().StringVar(&state, "state", "", "only sandboxes in this state")
+	list.Flags().StringVar(&state, "state", "", "only sandboxes in this state: "+berth.SandboxStateList())
 
 	get := &cobra.Command{
 		Use: "get ID", Short: "Show one sandbox", Args: cobra.ExactArgs(1),
@@ -91,19 +95,28 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 	getOut = withOutput(get, outJSON)
 
 	var timeout int
+	var withStdin bool
 	exec := &cobra.Command{
-		Use:   "exec ID -- CMD [ARG...]",
+		Use:   "exec ID [-i] -- CMD [ARG...]",
 		Short: "Run a command in a sandbox; prints its output and exits with its exit code (1–255)",
 		Long: "Run CMD in the sandbox, print its stdout and stderr as they are, and exit with its exit code.\n" +
-			"A failure of berth itself (no such sandbox, server unreachable, …) prints one stderr line\n" +
-			"starting with \"berth: \" and exits 1, 2 or 3 (see berth --help).",
+			"With -i, berth reads its own standard input to the end first and gives it to CMD as its\n" +
+			"stdin (text, up to the API's 1 MiB request); without -i, CMD's stdin is empty and berth\n" +
+			"reads nothing. A failure of berth itself (no such sandbox, server unreachable, …) prints\n" +
+			"one stderr line starting with \"berth: \" and exits 1, 2 or 3 (see berth --help).",
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
 				return err
 			}
-			res, err := c.Exec(cmd.Context(), args[0], berth.ExecRequest{Cmd: args[1:], TimeoutS: timeout})
+			req := berth.ExecRequest{Cmd: args[1:], TimeoutS: timeout}
+			if withStdin {
+				if req.Stdin, err = execStdin(cmd.InOrStdin(), req); err != nil {
+					return err
+				}
+			}
+			res, err := c.Exec(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
 			}
@@ -116,6 +129,7 @@ func newSandboxCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	exec.Flags().IntVar(&timeout, "timeout", 0, "seconds before the command is killed (default 60)")
+	exec.Flags().BoolVarP(&withStdin, "stdin", "i", false, "send standard input, read to its end, as the command's stdin (UTF-8 text; the request is at most 1 MiB)")
 
 	write := &cobra.Command{
 		Use: "write ID PATH", Short: "Write stdin to a file in the sandbox", Args: cobra.ExactArgs(2),
@@ -442,4 +456,37 @@ func killReport(ctx context.Context, c *client.Client, id string) string {
 		return "stopped " + id
 	}
 	return fmt.Sprintf("%s had already ended (%s): nothing to stop", id, sb.State)
+}
+
+// execStdin reads r to its end for `sandbox exec -i` and returns it as the Stdin of req. It
+// refuses, with a usage error (exit 2) before anything is sent, input the API cannot carry as
+// it is: bytes that are not UTF-8 (a JSON string would carry U+FFFD in their place), and input
+// that makes the request's body larger than berth.MaxJSONBodyBytes as the server forwards it
+// to the agent (timeout_s filled in, at most berth.MaxExecTimeoutS; stdin JSON-escaped). It
+// reads at most berth.MaxJSONBodyBytes+1 bytes, so endless input is refused, not read forever.
+// A read error is returned as it is (exit 1).
+func execStdin(r io.Reader, req berth.ExecRequest) (string, error) {
+	const instead = "; copy it into the sandbox with `berth sandbox write ID PATH` and redirect from there, e.g. -- sh -c 'CMD < PATH'"
+	b, err := io.ReadAll(io.LimitReader(r, berth.MaxJSONBodyBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("-i: read standard input: %w", err)
+	}
+	if len(b) > berth.MaxJSONBodyBytes {
+		return "", badInput("-i: standard input is over %d bytes, more than an exec request carries (%d bytes of JSON, stdin included)%s",
+			berth.MaxJSONBodyBytes, berth.MaxJSONBodyBytes, instead)
+	}
+	if !utf8.Valid(b) {
+		return "", badInput("-i: standard input is not UTF-8 text, and the API carries it as a JSON string, which would change it%s", instead)
+	}
+	req.Stdin = string(b)
+	req.TimeoutS = max(req.TimeoutS, berth.MaxExecTimeoutS) // the longest the forwarded body can be
+	body, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	if len(body) > berth.MaxJSONBodyBytes {
+		return "", badInput("-i: standard input of %d bytes makes an exec request of %d bytes as JSON (stdin escaped), over the %d it may have%s",
+			len(b), len(body), berth.MaxJSONBodyBytes, instead)
+	}
+	return req.Stdin, nil
 }

@@ -170,6 +170,8 @@ func TestCLI_ExitCodesBadInput(t *testing.T) {
 		{"sandbox create bad memory", []string{"sandbox", "create", "python", "--memory-mb", "lots"}, `--memory-mb "lots": want a whole number`},
 		{"sandbox create unknown flag", []string{"sandbox", "create", "python", "--gpu"}, "unknown flag: --gpu"},
 		{"sandbox list extra", []string{"sandbox", "list", "running"}, `unknown command "running"`},
+		{"sandbox list bad state", []string{"sandbox", "list", "--state", "bogus"}, `--state "bogus": want one of pending, starting, running, stopping, ` +
+			`stopped, failed, lost, evicted, evacuating, reconstructed, migrated, pausing, paused, resuming, snapshotting`},
 		{"sandbox get", []string{"sandbox", "get"}, "accepts 1 arg(s)"},
 		{"sandbox exec without command", []string{"sandbox", "exec", "sb-1"}, "requires at least 2 arg(s)"},
 		{"sandbox exec bad timeout", []string{"sandbox", "exec", "sb-1", "--timeout", "1m", "--", "true"}, `--timeout "1m": want a whole number`},
@@ -195,6 +197,7 @@ func TestCLI_ExitCodesBadInput(t *testing.T) {
 		{"apps create bad --file", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "--file", "index.html", "--", "sh"}, `--file "index.html": want PATH=LOCALFILE`},
 		{"apps create missing --file", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "--file", "a=" + dir + "/nope", "--", "sh"}, "cannot read " + dir + "/nope: no such file or directory"},
 		{"apps create bad --env", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "--env", "DEBUG", "--", "sh"}, `--env "DEBUG": want NAME=VALUE`},
+		{"apps create bad -o", []string{"apps", "create", "web", "--template", "python", "--port", "8080", "-o", "xml", "--", "sh"}, `-o "xml": want table, json or yaml`},
 		{"apps list extra", []string{"apps", "list", "web"}, `unknown command "web"`},
 		{"apps get", []string{"apps", "get"}, "accepts 1 arg(s)"},
 		{"apps deploy", []string{"apps", "deploy"}, "requires at least 1 arg(s)"},

@@ -186,6 +186,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := listenAddrProblem(cfg.Listen); err != nil { // a value no bind can take: exit 2
+		return nil, berth.Errorf(berth.EInvalidRequest, "%s", listenError(cfg.Listen, data, err))
+	}
 	undo, err := noteDir(data)
 	if err != nil {
 		return nil, err
@@ -337,15 +340,19 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 }
 
 // listenError says why --listen addr cannot be bound, naming the address, and that the
-// data directory was left alone.
+// data directory was left alone: for a port in use, who may hold it; for an address that is
+// not HOST:PORT (listenAddrProblem), the form wanted. `berth dev` and `berth server` share it.
 func listenError(addr, data string, err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Err != nil {
 		err = op.Err // "bind: address already in use", without repeating the address
 	}
 	hint := ""
-	if errors.Is(err, syscall.EADDRINUSE) {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
 		hint = " (another process listens there, perhaps another berth dev or server: stop it or pick another address with --listen)"
+	case listenAddrProblem(addr) != nil:
+		hint = "; --listen wants HOST:PORT, e.g. 127.0.0.1:7070 (0.0.0.0:7070 for every interface)"
 	}
 	return fmt.Errorf("cannot listen on %s: %w%s; nothing was written to %s", addr, err, hint, data)
 }

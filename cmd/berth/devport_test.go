@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -195,5 +196,38 @@ func TestServerBusyPort(t *testing.T) {
 				t.Errorf("berth server on a busy port changed --data %s (-before +after):\n%s", data, diff)
 			}
 		})
+	}
+}
+
+// TestListenNotHostPort: a --listen value no bind can ever take — not HOST:PORT, a port that
+// is not a number 0..65535 nor a service name — is a bad flag value: `berth dev`, `berth
+// server` and `berth agent` exit 2 (it exited 1 on dev and server) naming the address and
+// the form wanted, and write nothing: the data directory is not even created. A port in use
+// stays exit 1 (TestDevBusyPort).
+func TestListenNotHostPort(t *testing.T) {
+	t.Setenv("BERTH_NODE_TOKEN", strings.Repeat("t", 64))
+	insecure := []string{}
+	if os.Geteuid() != 0 {
+		insecure = []string{"--insecure"}
+	}
+	for _, addr := range []string{"notaport", "127.0.0.1:abc", "127.0.0.1:99999", "::1:7070", ""} {
+		dir := filepath.Join(t.TempDir(), "data")
+		for _, args := range [][]string{
+			append([]string{"dev", "--data", dir, "--runtime", "process"}, insecure...),
+			{"server", "--data", dir},
+			append([]string{"agent", "--dir", dir, "--volume-dir", filepath.Join(dir, "volumes"), "--runtime", "process", "--server", "http://127.0.0.1:9"}, insecure...),
+		} {
+			args = append(args, "--listen", addr)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // bounds a command that wrongly starts
+			err := Main(ctx, args, strings.NewReader(""), io.Discard, io.Discard)
+			cancel()
+			msg := errorMessage(err)
+			if code := exitCode(err); code != exitInvalid || !strings.Contains(msg, "cannot listen on "+addr+":") || !strings.Contains(msg, "--listen wants HOST:PORT") {
+				t.Errorf("berth %s --listen %q: exit %d, %q; want exit %d naming the address and HOST:PORT", args[0], addr, code, msg, exitInvalid)
+			}
+			if _, serr := os.Stat(dir); !errors.Is(serr, fs.ErrNotExist) {
+				t.Errorf("berth %s --listen %q: %s exists after the refusal (%v), want nothing written", args[0], addr, dir, serr)
+			}
+		}
 	}
 }

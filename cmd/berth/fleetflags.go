@@ -81,8 +81,11 @@ func checkAgentReach(serverURL, listen, advertise string) error {
 		return berth.Errorf(berth.EInvalidRequest, "--server wants a URL such as http://replica-1:7070, not %q", serverURL)
 	}
 	lhost, _, err := net.SplitHostPort(listen)
+	if err == nil {
+		err = listenAddrProblem(listen)
+	}
 	if err != nil {
-		return berth.Errorf(berth.EInvalidRequest, "--listen wants HOST:PORT (0.0.0.0:7071 for every interface), not %q", listen)
+		return berth.Errorf(berth.EInvalidRequest, "cannot listen on %s: %v; --listen wants HOST:PORT (0.0.0.0:7071 for every interface)", listen, err)
 	}
 	adv, shown := lhost, listen
 	if advertise != "" {
@@ -105,6 +108,21 @@ func checkAgentReach(serverURL, listen, advertise string) error {
 			serverURL, shown)
 	}
 	return nil
+}
+
+// listenAddrProblem says why addr can never be bound as a --listen address of `berth dev`,
+// `berth server` or `berth agent`, or returns nil: addr must be HOST:PORT (HOST empty: every
+// interface) with PORT 0..65535 or a service name. The parsing is net's own (SplitHostPort,
+// then LookupPort, which reads only the local services table), so every spelling net.Listen
+// binds passes; HOST is not looked up, so a name that does not resolve fails at the bind, as
+// a port in use does. The error is net's: "address notaport: missing port in address".
+func listenAddrProblem(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err
 }
 
 // hostClass says who can reach host, read the way the C resolver, the kernel and /etc/hosts

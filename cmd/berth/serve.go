@@ -45,6 +45,9 @@ func newServerCmd() *cobra.Command {
 			if err := bounds.check(); err != nil {
 				return err
 			}
+			if err := listenAddrProblem(listen); err != nil { // a value no bind can take: exit 2
+				return berth.Errorf(berth.EInvalidRequest, "%s", listenError(listen, data, err))
+			}
 			cfg.Retention = retentionConfig(retention)
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
 			if cfg.NodeToken == "" {
@@ -66,7 +69,7 @@ func newServerCmd() *cobra.Command {
 			// no berth.db) that a CLI would then send to whatever holds the port.
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
-				return fmt.Errorf("cannot listen on %s: %w (another process listens there: stop it or pick another address with --listen); nothing was written", listen, err)
+				return listenError(listen, data, err)
 			}
 			defer ln.Close()
 			if err := os.MkdirAll(data, 0o700); err != nil {

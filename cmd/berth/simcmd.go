@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -168,6 +171,16 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 	if err != nil {
 		return err
 	}
+	if o.csvPath != "" { // before the run, not after it: the run may take minutes
+		if err := checkOutputFile(o.csvPath); err != nil {
+			return berth.Errorf(berth.EInvalidRequest, "--csv %s: %v; nothing was simulated", o.csvPath, err)
+		}
+	}
+	if o.plotsDir != "" {
+		if err := checkOutputDir(o.plotsDir); err != nil {
+			return berth.Errorf(berth.EInvalidRequest, "--plots %s: %v; nothing was simulated", o.plotsDir, err)
+		}
+	}
 	s.Retry, s.RetryAfter = o.retry, o.retryAfter
 	var newWorkload func() sim.Workload
 	switch o.workload {
@@ -235,6 +248,73 @@ func runSim(cmd *cobra.Command, o simFlags) error {
 	}
 	return nil
 }
+
+// checkOutputFile says why a file cannot be created or replaced at path, or returns nil,
+// without touching it: path must not be a directory, an existing file must be writable,
+// and a new one needs its directory to exist and take new files (access(2), so a
+// read-only file system counts; root passes any permission bits, as it does when writing).
+func checkOutputFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return errors.New("is a directory; want a file path")
+	case err == nil:
+		if err := syscall.Access(path, unixW); err != nil {
+			return fmt.Errorf("cannot be written: %w", err)
+		}
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return statProblem(err)
+	}
+	return writableDir(filepath.Dir(path), false)
+}
+
+// checkOutputDir says why files cannot be written into dir, or returns nil, without creating
+// anything: an existing dir must be a directory that takes new files; a missing one (it is
+// created with its parents when written, as sim.WritePlots does) needs its nearest existing
+// ancestor to be one.
+func checkOutputDir(dir string) error { return writableDir(dir, true) }
+
+// writableDir checks that dir is a directory in which files can be created; with missingOK, a
+// dir that does not exist is checked through its nearest existing ancestor.
+func writableDir(dir string, missingOK bool) error {
+	d := filepath.Clean(dir)
+	for {
+		fi, err := os.Stat(d)
+		switch {
+		case err == nil && !fi.IsDir():
+			return fmt.Errorf("%s is not a directory", d)
+		case err == nil:
+			if err := syscall.Access(d, unixW|unixX); err != nil {
+				return fmt.Errorf("cannot create files in %s: %w", d, err)
+			}
+			return nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return statProblem(err)
+		case !missingOK:
+			return fmt.Errorf("directory %s does not exist (create it first)", d)
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return fmt.Errorf("%s does not exist", d)
+		}
+		d = parent
+	}
+}
+
+// statProblem words an error of os.Stat other than "does not exist" for a person.
+func statProblem(err error) error {
+	if errors.Is(err, syscall.ENOTDIR) {
+		return errors.New("a part of the path is a file, not a directory")
+	}
+	return errors.New(pathProblem(err))
+}
+
+// access(2) modes: write, and search (execute) for a directory.
+const (
+	unixW = 0x2
+	unixX = 0x1
+)
 
 // The original Alibaba CSVs --trace-dir reads (docs/PERFORMANCE.md; sim/traces/README.md).
 const (

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,38 +39,56 @@ func (f warmPoolFlag) Set(s string) error {
 }
 
 // parseWarmPool parses --warm-pool's value; the agent validates the rest (sizes 0..64, a
-// template named once).
+// template named once). An error says what form is wanted, for usageText to show after
+// "want" (`--warm-pool "nope=abc": want TEMPLATE=COUNT[:MEMORY_MB] with COUNT a whole number
+// ≥ 0, e.g. shell=2`), never the value again; in a list of several entries it names the one
+// at fault.
 func parseWarmPool(s string) ([]agent.WarmPoolEntry, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "none" {
 		return nil, nil
 	}
+	parts := strings.Split(s, ",")
 	var out []agent.WarmPoolEntry
-	for part := range strings.SplitSeq(s, ",") {
+	for _, part := range parts {
 		part = strings.TrimSpace(part)
+		bad := func(format string, args ...any) error {
+			msg := fmt.Sprintf(format, args...)
+			switch {
+			case len(parts) == 1:
+			case part == "":
+				msg += " (an entry is empty)"
+			default:
+				msg += fmt.Sprintf(" (entry %q)", part)
+			}
+			return errors.New(msg)
+		}
 		name, spec, ok := strings.Cut(part, "=")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("%q is not TEMPLATE=COUNT[:MEMORY_MB]", part)
+			return nil, bad("TEMPLATE=COUNT[:MEMORY_MB], comma-separated, e.g. shell=2,python=1")
 		}
 		countText, memText, hasMem := strings.Cut(spec, ":")
 		count, err := strconv.Atoi(countText)
 		if err != nil || count < 0 {
-			return nil, fmt.Errorf("%q: the count must be a whole number ≥ 0", part)
+			return nil, bad("TEMPLATE=COUNT[:MEMORY_MB] with COUNT a whole number ≥ 0, e.g. shell=2")
 		}
 		e := agent.WarmPoolEntry{Template: name, Size: count}
 		switch {
 		case hasMem:
 			if e.MemoryMiB, err = strconv.ParseInt(memText, 10, 64); err != nil || e.MemoryMiB <= 0 {
-				return nil, fmt.Errorf("%q: the memory size must be a positive number of MiB", part)
+				return nil, bad("TEMPLATE=COUNT:MEMORY_MB with MEMORY_MB a positive number of MiB, e.g. %s=%d:1024", name, count)
 			}
 		default:
+			var builtIn []string
 			for _, t := range devTemplates {
+				builtIn = append(builtIn, t.Name)
 				if t.Name == name {
 					e.MemoryMiB = t.MemoryMiB
 				}
 			}
 			if e.MemoryMiB == 0 {
-				return nil, fmt.Errorf("%q: template %s is not built in; give its memory size, e.g. %s=%d:1024", part, name, name, count)
+				return nil, bad("%s=%d:MEMORY_MB: %s is not a built-in template (%s), so give its memory size in MiB, e.g. %s=%d:1024",
+					name, count, name, strings.Join(builtIn, ", "), name, count)
 			}
 		}
 		out = append(out, e)

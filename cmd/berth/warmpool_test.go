@@ -60,6 +60,32 @@ func TestWarmPoolFlag(t *testing.T) {
 	}
 }
 
+// TestWarmPoolFlagMessages (a new user's report: `--warm-pool "nope=abc": want "nope=abc": the
+// count must be…`): a malformed --warm-pool exits 2 and says after "want" what form is
+// wanted, not the value again; in a list it names the entry at fault.
+func TestWarmPoolFlagMessages(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"nope=abc", "want TEMPLATE=COUNT[:MEMORY_MB] with COUNT a whole number ≥ 0, e.g. shell=2"},
+		{"shell=-1", "want TEMPLATE=COUNT[:MEMORY_MB] with COUNT a whole number ≥ 0"},
+		{"shell", "want TEMPLATE=COUNT[:MEMORY_MB], comma-separated, e.g. shell=2,python=1"},
+		{"=1", "want TEMPLATE=COUNT[:MEMORY_MB], comma-separated"},
+		{"shell=1:big", "want TEMPLATE=COUNT:MEMORY_MB with MEMORY_MB a positive number of MiB, e.g. shell=1:1024"},
+		{"ml=1", "want ml=1:MEMORY_MB: ml is not a built-in template (python, shell), so give its memory size in MiB, e.g. ml=1:1024"},
+		{"shell=1,nope=abc", `with COUNT a whole number ≥ 0, e.g. shell=2 (entry "nope=abc")`},
+		{"shell=1,", "(an entry is empty)"},
+	} {
+		r := runCLI(t, "", "dev", "--warm-pool", tc.in)
+		if r.code != exitInvalid {
+			t.Errorf("--warm-pool %q: exit %d, want %d; stderr %q", tc.in, r.code, exitInvalid, r.stderr)
+			continue
+		}
+		checkStderr(t, r.stderr, tc.want)
+		if _, after, _ := strings.Cut(r.stderr, ": want "); strings.Contains(after, strconv.Quote(tc.in)) {
+			t.Errorf("--warm-pool %q: %q repeats the value after \"want\"", tc.in, r.stderr)
+		}
+	}
+}
+
 // TestWarmPool_ThroughTheAPI (issue 16, goal 5), end to end on `berth dev` with real
 // sandboxes (the process runtime): one agent of 1024 MiB in committed mode with
 // --warm-pool shell=2 (512 MiB held warm). A create of shell is a hit and the pool refills;
