@@ -12,10 +12,18 @@ import (
 	"github.com/berth-dev/berth/internal/httpjson"
 )
 
-// File bodies are capped at 64 MiB (sbinit.MaxFileBytes); JSON bodies at 1 MiB.
+// File bodies are capped at 64 MiB (sbinit.MaxFileBytes); JSON bodies at 1 MiB, an exec's
+// at maxForwardedExecBytes.
 const (
 	maxFileBytes = 64 << 20
 	maxJSONBytes = berth.MaxJSONBodyBytes
+	// maxForwardedExecBytes bounds an exec body from a replica: the API took at most
+	// MaxJSONBodyBytes from the caller, and the replica re-encodes it — a byte of the caller's
+	// JSON can come out as six (Go escapes <, > and & as \u003c…, invalid UTF-8 as \ufffd)
+	// and the default timeout_s is added. Held to the API's own bound, an exec the API
+	// accepted was refused here with 413 (found by a new user's helper: 1,048,562 bytes
+	// without timeout_s).
+	maxForwardedExecBytes = 6*berth.MaxJSONBodyBytes + 4096
 )
 
 // Handler returns the agent's internal API. Every call carries the replicas' call token for
@@ -146,7 +154,7 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req berth.ExecRequest
 	// DecodeBinary: stdin may be binary.
-	if err := httpjson.DecodeBinary(w, r, maxJSONBytes, &req); err != nil {
+	if err := httpjson.DecodeBinary(w, r, maxForwardedExecBytes, &req); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

@@ -113,3 +113,27 @@ func TestSandboxExecStdinRefused(t *testing.T) {
 		t.Errorf("exec without -i on endless stdin: exit %d (want %d), stdin read: %v; stderr %q", r.code, exitRetry, in.read, r.stderr)
 	}
 }
+
+// TestExecBodyAtTheAPIBoundReachesTheAgent: an exec body the API accepts — exactly
+// MaxJSONBodyBytes, without timeout_s, its stdin all '<' (which the replica re-encodes as
+// \u003c, six bytes each) — runs; the agent refused such a forwarded body with 413 while
+// the API had taken it.
+func TestExecBodyAtTheAPIBoundReachesTheAgent(t *testing.T) {
+	st := bootDev(t, nil)
+	sb, err := client.New(st.URL, st.AdminKey).CreateSandbox(context.Background(), berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const head, tail = `{"cmd":["wc","-c"],"stdin":"`, `"}`
+	n := berth.MaxJSONBodyBytes - len(head) - len(tail)
+	body := head + strings.Repeat("<", n) + tail
+	code, _, b := rawPost(t, st, st.AdminKey, "/v1/sandboxes/"+sb.ID+"/exec", body)
+	var res berth.ExecResult
+	if code != 200 || json.Unmarshal(b, &res) != nil || strings.TrimSpace(res.Stdout) != strconv.Itoa(n) {
+		t.Fatalf("exec of a %d-byte body: %d %.300s; want 200 and wc -c = %d", len(body), code, b, n)
+	}
+	// One byte more is the API's own 413, as before.
+	if code, _, b := rawPost(t, st, st.AdminKey, "/v1/sandboxes/"+sb.ID+"/exec", head+strings.Repeat("<", n+1)+tail); code != 413 {
+		t.Fatalf("exec of a body one byte over: %d %.300s; want 413", code, b)
+	}
+}
