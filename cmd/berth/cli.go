@@ -461,9 +461,9 @@ func killReport(ctx context.Context, c *client.Client, id string) string {
 // execStdin reads r to its end for `sandbox exec -i` and returns it as the Stdin of req. It
 // refuses, with a usage error (exit 2) before anything is sent, input the API cannot carry as
 // it is: bytes that are not UTF-8 (a JSON string would carry U+FFFD in their place), and input
-// that makes the request's body larger than berth.MaxJSONBodyBytes as the server forwards it
-// to the agent (timeout_s filled in, at most berth.MaxExecTimeoutS; stdin JSON-escaped). It
-// reads at most berth.MaxJSONBodyBytes+1 bytes, so endless input is refused, not read forever.
+// that makes the request's body, as this client sends it (stdin JSON-escaped), larger than the
+// API takes (berth.MaxJSONBodyBytes). It reads at most berth.MaxJSONBodyBytes+1 bytes, so
+// endless input is refused, not read forever.
 // A read error is returned as it is (exit 1).
 func execStdin(r io.Reader, req berth.ExecRequest) (string, error) {
 	const instead = "; copy it into the sandbox with `berth sandbox write ID PATH` and redirect from there, e.g. -- sh -c 'CMD < PATH'"
@@ -479,8 +479,7 @@ func execStdin(r io.Reader, req berth.ExecRequest) (string, error) {
 		return "", badInput("-i: standard input is not UTF-8 text, and the API carries it as a JSON string, which would change it%s", instead)
 	}
 	req.Stdin = string(b)
-	req.TimeoutS = max(req.TimeoutS, berth.MaxExecTimeoutS) // the longest the forwarded body can be
-	body, err := json.Marshal(req)
+	body, err := json.Marshal(req) // as the client encodes it
 	if err != nil {
 		return "", err
 	}

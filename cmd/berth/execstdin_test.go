@@ -67,8 +67,8 @@ func TestSandboxExecStdin(t *testing.T) {
 		t.Errorf("exec -- cat without -i: exit %d, stdout %q, stderr %q, stdin read: %v; want nothing read and an empty stdin", r.code, r.stdout, r.stderr, in.read)
 	}
 
-	// The largest stdin of `wc -c` that fits: the body as the server forwards it to the agent.
-	body, err := json.Marshal(berth.ExecRequest{Cmd: []string{"wc", "-c"}, Stdin: "a", TimeoutS: berth.MaxExecTimeoutS})
+	// The largest stdin of `wc -c` that fits: the body as the CLI sends it, at the API's bound.
+	body, err := json.Marshal(berth.ExecRequest{Cmd: []string{"wc", "-c"}, Stdin: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
