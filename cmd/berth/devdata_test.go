@@ -28,10 +28,7 @@ func TestDevDataInUse(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 
-	cfg := defaultDevConfig()
-	cfg.Listen, cfg.Data, cfg.Agents = "127.0.0.1:0", first.dataDir, 1
-	cfg.Runtime.Runtime, cfg.Runtime.Insecure = runtimeProcess, os.Geteuid() != 0 // as bootDev
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := devConfigOn(first.dataDir, 1)
 	// The running stack writes while the second starts (a snapshot, a volume): the refused
 	// start must not take that for its own and remove it.
 	written := filepath.Join(first.dataDir, "snapshots", "written-meanwhile")
@@ -93,10 +90,7 @@ func TestDevRevokedAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := defaultDevConfig()
-	cfg.Listen, cfg.Data, cfg.Agents = "127.0.0.1:0", data, 2
-	cfg.Runtime.Runtime, cfg.Runtime.Insecure = runtimeProcess, os.Geteuid() != 0 // as bootDev
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := devConfigOn(data, 2)
 	start := time.Now()
 	again, err := startDev(ctx, cfg)
 	if err == nil {
@@ -115,4 +109,14 @@ func TestDevRevokedAgent(t *testing.T) {
 		t.Fatalf("start with --agents 1 (without the revoked one): %v", err)
 	}
 	one.Close()
+}
+
+// devConfigOn is a dev config on data with n agents, on 127.0.0.1:0 and the runtime bootDev
+// uses, for a second start on a directory a booted stack used.
+func devConfigOn(data string, n int) devConfig {
+	cfg := defaultDevConfig()
+	cfg.Listen, cfg.Data, cfg.Agents = "127.0.0.1:0", data, n
+	cfg.Runtime.Runtime, cfg.Runtime.Insecure = runtimeProcess, os.Geteuid() != 0 // as bootDev
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return cfg
 }
