@@ -39,6 +39,7 @@ var notAPIRoutes = map[string]string{
 	"GET /debug/pprof/symbol":  "the Go profiler",
 	"POST /debug/pprof/symbol": "the Go profiler",
 	"GET /debug/pprof/trace":   "the Go profiler",
+	"GET /{$}":                 "the bare address: a redirect to the dashboard, not the API",
 	"GET /ui":                  "the web dashboard (issue 17, point 4): HTML, CSS and JavaScript, not the API",
 	"GET /ui/{file...}":        "the web dashboard's files",
 }

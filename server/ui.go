@@ -92,6 +92,12 @@ func (s *Server) uiRoutes(mux handleFuncer, admin func(apiFunc) http.HandlerFunc
 		uiHeaders(w.Header())
 		http.Redirect(w, r, "/ui/", http.StatusPermanentRedirect)
 	})
+	// The bare address, as a person types it from the banner, finds the dashboard (a new user
+	// got a JSON 404). Found, not permanent: the root may serve something else one day.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		uiHeaders(w.Header())
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+	})
 	mux.HandleFunc("GET /ui/{file...}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("file")
 		if name == "" {

@@ -48,6 +48,11 @@ func TestDashboardFilesAndHeaders(t *testing.T) {
 		t.Fatalf("GET /ui: %d Location %q, want 308 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	checkUIHeaders(t, "/ui (redirect)", resp.Header)
+	resp, _ = uiGet(t, h, "/", "", nil)
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("GET /: %d Location %q, want 302 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	checkUIHeaders(t, "/ (redirect)", resp.Header)
 
 	resp, page := uiGet(t, h, "/ui/", "", nil)
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
