@@ -156,7 +156,7 @@ type CreateRequest struct {
 
 // MaxJSONBodyBytes is the most bytes a JSON request body may have, on the API and on an
 // agent's internal API, heartbeats (8 MiB) and the execs a replica forwards (re-encoded, up to
-// six times larger) excepted: 1 MiB (1,048,576 bytes). A larger body
+// three times larger) excepted: 1 MiB (1,048,576 bytes). A larger body
 // is refused with 413 request_too_large and nothing is done. An exec's Stdin counts within its
 // body as a JSON string, escaped (a control character or one of <, >, & takes 6 bytes).
 const MaxJSONBodyBytes = 1 << 20

@@ -18,12 +18,12 @@ const (
 	maxFileBytes = 64 << 20
 	maxJSONBytes = berth.MaxJSONBodyBytes
 	// maxForwardedExecBytes bounds an exec body from a replica: the API took at most
-	// MaxJSONBodyBytes from the caller, and the replica re-encodes it — a byte of the caller's
-	// JSON can come out as six (Go escapes <, > and & as \u003c…, invalid UTF-8 as \ufffd)
-	// and the default timeout_s is added. Held to the API's own bound, an exec the API
-	// accepted was refused here with 413 (found by a new user's helper: 1,048,562 bytes
-	// without timeout_s).
-	maxForwardedExecBytes = 6*berth.MaxJSONBodyBytes + 4096
+	// MaxJSONBodyBytes from the caller, and the replica re-encodes it without HTML escaping —
+	// a byte of the caller's JSON comes out as at most three (an invalid UTF-8 byte becomes
+	// U+FFFD; U+2028 written raw becomes \u2028, 6 bytes for 3) — and adds the default
+	// timeout_s. Held to the API's own bound, an exec the API accepted was refused here with
+	// 413 (found by a new user's helper: 1,048,562 bytes without timeout_s).
+	maxForwardedExecBytes = 3*berth.MaxJSONBodyBytes + 4096
 )
 
 // Handler returns the agent's internal API. Every call carries the replicas' call token for

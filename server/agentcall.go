@@ -275,11 +275,16 @@ func (c *agentCaller) do(ctx context.Context, method string, at agentAt, path st
 	case []byte:
 		rd, ctype = bytes.NewReader(b), "application/octet-stream"
 	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
+		// Without HTML escaping: a caller's '<' stays one byte on its way to the agent instead
+		// of six (\u003c), so a forwarded exec is at most 3× what the API took (an invalid
+		// UTF-8 byte becomes U+FFFD, three bytes; agent.maxForwardedExecBytes).
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(b); err != nil {
 			return nil, fmt.Errorf("encode agent request: %w", err)
 		}
-		rd, ctype = bytes.NewReader(buf), "application/json"
+		rd, ctype = &buf, "application/json"
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {

@@ -115,9 +115,10 @@ func TestSandboxExecStdinRefused(t *testing.T) {
 }
 
 // TestExecBodyAtTheAPIBoundReachesTheAgent: an exec body the API accepts — exactly
-// MaxJSONBodyBytes, without timeout_s, its stdin all '<' (which the replica re-encodes as
-// \u003c, six bytes each) — runs; the agent refused such a forwarded body with 413 while
-// the API had taken it.
+// MaxJSONBodyBytes, without timeout_s — runs, for the stdin that grows most on its way to the
+// agent: '<' (HTML-escaped to six bytes, before the replica stopped escaping) and raw invalid
+// UTF-8 (each byte decoded to U+FFFD, three bytes). The agent refused such a forwarded body
+// with 413 while the API had taken it.
 func TestExecBodyAtTheAPIBoundReachesTheAgent(t *testing.T) {
 	st := bootDev(t, nil)
 	sb, err := client.New(st.URL, st.AdminKey).CreateSandbox(context.Background(), berth.CreateRequest{Template: "shell"})
@@ -126,11 +127,17 @@ func TestExecBodyAtTheAPIBoundReachesTheAgent(t *testing.T) {
 	}
 	const head, tail = `{"cmd":["wc","-c"],"stdin":"`, `"}`
 	n := berth.MaxJSONBodyBytes - len(head) - len(tail)
-	body := head + strings.Repeat("<", n) + tail
-	code, _, b := rawPost(t, st, st.AdminKey, "/v1/sandboxes/"+sb.ID+"/exec", body)
-	var res berth.ExecResult
-	if code != 200 || json.Unmarshal(b, &res) != nil || strings.TrimSpace(res.Stdout) != strconv.Itoa(n) {
-		t.Fatalf("exec of a %d-byte body: %d %.300s; want 200 and wc -c = %d", len(body), code, b, n)
+	for _, tc := range []struct {
+		fill string
+		want int // bytes the command reads
+	}{{"<", n}, {"\xff", 3 * n}} {
+		fill := tc.fill
+		body := head + strings.Repeat(fill, n) + tail
+		code, _, b := rawPost(t, st, st.AdminKey, "/v1/sandboxes/"+sb.ID+"/exec", body)
+		var res berth.ExecResult
+		if code != 200 || json.Unmarshal(b, &res) != nil || strings.TrimSpace(res.Stdout) != strconv.Itoa(tc.want) {
+			t.Fatalf("exec of a %d-byte body of %q: %d %.300s; want 200 and wc -c = %d", len(body), fill, code, b, tc.want)
+		}
 	}
 	// One byte more is the API's own 413, as before.
 	if code, _, b := rawPost(t, st, st.AdminKey, "/v1/sandboxes/"+sb.ID+"/exec", head+strings.Repeat("<", n+1)+tail); code != 413 {
