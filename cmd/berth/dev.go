@@ -208,6 +208,13 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		if s.httpSrv == nil {
 			_ = ln.Close()
 		}
+		lock := s.dataLock // released after the undo, so no other start runs on what it removes
+		s.dataLock = nil
+		defer func() {
+			if lock != nil {
+				lock.Close()
+			}
+		}()
 		if cerr := s.Close(); cerr != nil { // something may still run in there: leave it
 			cfg.Logger.Warn("berth dev: start failed and did not stop cleanly; its files stay in "+data, "err", cerr)
 			return
@@ -372,6 +379,11 @@ const noteDepth = 3
 // noteDir notes what dir holds; it fails when dir exists and is not a readable directory.
 func noteDir(dir string) (*dirNote, error) {
 	n := &dirNote{dir: dir, before: map[string]bool{}}
+	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if _, err := os.Stat(dir); err != nil { // a dangling link: the undo would remove it
+			return nil, fmt.Errorf("data dir %s is a symbolic link to what does not exist (%v): create its target or pick another --data; nothing was written", dir, err)
+		}
+	}
 	if _, err := os.ReadDir(dir); errors.Is(err, os.ErrNotExist) {
 		for parent := filepath.Dir(n.dir); parent != n.dir; parent = filepath.Dir(n.dir) {
 			if _, err := os.Lstat(parent); err == nil {
@@ -526,13 +538,15 @@ func checkDevAgentsAdmitted(ctx context.Context, st berth.AgentCredentialStore, 
 	if err != nil {
 		return fmt.Errorf("read agent credentials: %w", err)
 	}
-	latest := map[string]berth.AgentCredential{} // by agent id then creation time: the last wins
+	revoked := map[string]bool{} // as the store's join reads it: any credential an admin revoked
 	for _, c := range creds {
-		latest[c.AgentID] = c
+		if c.RevokedBy == "admin" {
+			revoked[c.AgentID] = true
+		}
 	}
 	for i := range n {
 		id := fmt.Sprintf("dev-agent-%d", i+1)
-		if c, ok := latest[id]; ok && c.RevokedBy == "admin" {
+		if revoked[id] {
 			way := "start with a new --data directory"
 			if i > 0 {
 				way = fmt.Sprintf("start with --agents %d (the agents before it) or with a new --data directory", i)

@@ -120,3 +120,28 @@ func devConfigOn(data string, n int) devConfig {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return cfg
 }
+
+// TestDevDanglingDataLink: a --data that is a symbolic link to nothing is refused and left
+// in place (found by an attack: the failed start's cleanup took the link for a directory it
+// had made, and removed it).
+func TestDevDanglingDataLink(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "data")
+	if err := os.Symlink(filepath.Join(dir, "nothing-here"), link); err != nil {
+		t.Fatal(err)
+	}
+	st, err := startDev(context.Background(), devConfigOn(link, 1))
+	if err == nil {
+		st.Close()
+		t.Fatal("berth dev started on a dangling --data link")
+	}
+	if !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("start on a dangling link: %v; want it to say the link points nowhere", err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link after the refused start: %v, %v; want it left in place", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "nothing-here")); err == nil {
+		t.Error("the refused start created the link's target")
+	}
+}
