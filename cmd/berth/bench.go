@@ -154,7 +154,9 @@ func (c benchConfig) check() error {
 //     its code: 2 for 400/404/413, else 1), or an error saying the answer was not Berth's.
 //
 // A transport failure from a URL that has answered before, a 429 or a 5xx is counted in
-// ByCode and the run goes on. Invalid cfg is a *usageError (check).
+// ByCode and the run goes on. Invalid cfg is a *usageError (check). When ctx ends (an
+// interrupt), the creates in flight finish (each bounded by the HTTP client's 30 s), what was
+// created is still deleted, and the error says the run was interrupted, wrapping ctx's cause.
 func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	if err := cfg.check(); err != nil {
 		return benchResult{}, err
@@ -191,7 +193,10 @@ func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 				}
 				url := cfg.URLs[int(n)%len(cfg.URLs)]
 				t0 := time.Now()
-				a := benchCreateOnce(runCtx, hc, url, cfg.Key, body)
+				// Not cancelled by a stop or an interrupt: a create cut off in flight may still
+				// land on the server, unknown to the cleanup (found by an attack: Ctrl-C left
+				// sandboxes running). hc's timeout bounds it.
+				a := benchCreateOnce(context.WithoutCancel(runCtx), hc, url, cfg.Key, body)
 				d := time.Since(t0)
 				mu.Lock()
 				if a.code == "transport" && runCtx.Err() != nil {
@@ -224,19 +229,28 @@ func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 	if cfg.AfterCreates != nil {
 		cfg.AfterCreates()
 	}
-	if stopErr == nil {
+	interrupted := ctx.Err() != nil
+	report := stopErr == nil && !interrupted
+	if report {
 		res.Outstanding, res.OutstandingM, res.LedgerErr = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
 	}
-	if cfg.Cleanup {
-		cctx, cancel := context.WithTimeout(ctx, benchCleanupMax)
+	if cfg.Cleanup { // after an interrupt too: bounded by benchCleanupMax, not by ctx
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupMax)
 		benchCleanup(cctx, hc, cfg.Key, created, cfg.Clients)
 		cancel()
-		if stopErr == nil {
+		if report {
 			res.AfterCleanup, _, res.AfterCleanupErr = benchLedger(ctx, hc, cfg.URLs[0], cfg.Key)
 		}
 	}
-	if stopErr != nil {
+	switch {
+	case stopErr != nil:
 		return res, stopErr
+	case interrupted:
+		what := "what it created was deleted"
+		if !cfg.Cleanup {
+			what = fmt.Sprintf("%d sandboxes it created are left (--cleanup=false)", res.Created)
+		}
+		return res, fmt.Errorf("bench create interrupted after %d attempts; %s: %w", res.Attempts, what, context.Cause(ctx))
 	}
 	return res, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -256,5 +258,28 @@ func TestFleetReportRefusals(t *testing.T) {
 		if !strings.Contains(out.String(), tt.want) || strings.Contains(out.String(), "map[") {
 			t.Errorf("the report lacks %q:\n%s", tt.want, out.String())
 		}
+	}
+}
+
+// TestBenchCreateInterruptCleansUp: an interrupt (Ctrl-C: the command's context cancelled)
+// while creates are in flight lets them finish, deletes every sandbox the server created —
+// the ones answered after the interrupt included — and returns an error, not a report with
+// exit 0 (found by an attack: 18 bench sandboxes were left running and the exit was 0).
+func TestBenchCreateInterruptCleansUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fb := newFakeBench(t, func(w http.ResponseWriter, n int64) {
+		if n == 6 {
+			cancel() // the interrupt lands while this create, and others, are in flight
+		}
+		answerCreated(w, n)
+	}, nil)
+	_, err := runBenchCreate(ctx, benchConfig{URLs: []string{fb.URL}, Key: "k", Clients: 4,
+		Duration: 30 * time.Second, MaxCreates: 1000, Template: "shell", Cleanup: true})
+	if err == nil || !strings.Contains(err.Error(), "interrupted") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run: %v; want an error saying it was interrupted", err)
+	}
+	if c, d := fb.creates.Load(), fb.deletes.Load(); c < 6 || d != c {
+		t.Fatalf("the server created %d and was asked to delete %d; want every one deleted", c, d)
 	}
 }
