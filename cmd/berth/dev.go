@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,9 @@ type devConfig struct {
 	// lockHook, for tests, runs just before the data directory is locked: what another
 	// stack writes there while this one starts.
 	lockHook func()
+	// dataWatchEvery is how often the running stack checks that --data still names the
+	// directory it locked (0: every 2 s).
+	dataWatchEvery time.Duration
 
 	// WarmPool is each agent's --warm-pool (issue 16, goal 5; default none).
 	WarmPool []agent.WarmPoolEntry
@@ -101,11 +105,16 @@ func newDevCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Berth dev is up at %s\n  admin key: %s\n  agents: %d × %d MiB (%s admission)\n  sandboxes: %s\n  try: %s sandbox create python\n",
 				st.URL, filepath.Join(cfg.Data, "admin.key"), cfg.Agents, cfg.AgentMemoryMiB, cfg.Admission, st.Runtime, try)
-			<-cmd.Context().Done()
+			var lost error
+			select {
+			case <-cmd.Context().Done():
+			case lost = <-st.DataLost():
+				cfg.Logger.Error("berth dev stopping", "err", lost)
+			}
 			cfg.Logger.Info("berth dev stopping: agents stop every sandbox they run")
 			err = st.Close()
 			cfg.Logger.Info("berth dev stopped")
-			return err
+			return errors.Join(lost, err)
 		},
 	}
 	f := cmd.Flags()
@@ -143,7 +152,8 @@ type devStack struct {
 	snapshots *blob.Bucket
 	httpSrv   *http.Server
 	wg        sync.WaitGroup
-	dataLock  *os.File // the --data directory, flocked while the stack runs
+	dataLock  *os.File   // the --data directory, flocked while the stack runs
+	dataLost  chan error // gets one error if --data stops naming the locked directory
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -343,7 +353,37 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 			return s, fmt.Errorf("write admin key: %w", err)
 		}
 	}
+	s.dataLost = make(chan error, 1)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.watchData(ctx, cmp.Or(cfg.dataWatchEvery, 2*time.Second)) }()
 	return s, nil
+}
+
+// DataLost delivers one error if the --data path stops naming the directory this stack
+// locked — moved or removed while it runs. The lock is on the directory itself, so a second
+// berth dev on the old path would start, share the agents' cgroup names and credentials and
+// open its own store there (found by an attack: `mv` of a running stack's --data); the
+// running stack stops instead (`berth dev` exits 1).
+func (s *devStack) DataLost() <-chan error { return s.dataLost }
+
+// watchData checks every interval, until ctx ends, that s.dataDir is still the locked
+// directory, and reports on dataLost once when it is not.
+func (s *devStack) watchData(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		locked, lerr := s.dataLock.Stat()
+		now, err := os.Stat(s.dataDir)
+		if lerr == nil && (err != nil || !os.SameFile(locked, now)) {
+			s.dataLost <- fmt.Errorf("the data directory %s was moved or removed while berth dev ran; it stops, so no other berth dev shares its sandboxes", s.dataDir)
+			return
+		}
+	}
 }
 
 // listenError says why --listen addr cannot be bound, naming the address, and that the

@@ -145,3 +145,29 @@ func TestDevDanglingDataLink(t *testing.T) {
 		t.Error("the refused start created the link's target")
 	}
 }
+
+// TestDevDataMovedStops: when a running stack's --data is moved away (or removed), the lock
+// no longer keeps a second berth dev off the path, so the running one reports it and stops
+// (found by an attack: after `mv`, a second start on the path ran beside the first and the
+// two shared store paths, agent credentials and cgroup names).
+func TestDevDataMovedStops(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.dataWatchEvery = 20 * time.Millisecond })
+	select {
+	case err := <-st.DataLost():
+		t.Fatalf("data lost before anything moved it: %v", err)
+	case <-time.After(200 * time.Millisecond): // real: ten checks that must stay quiet
+	}
+	moved := st.dataDir + ".moved"
+	if err := os.Rename(st.dataDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(moved, st.dataDir) // back, for the stack's own cleanup
+	select {
+	case err := <-st.DataLost():
+		if !strings.Contains(err.Error(), "moved or removed") {
+			t.Fatalf("data lost: %v; want it to say the directory was moved or removed", err)
+		}
+	case <-time.After(30 * time.Second): // real: bounded wait for the watcher's report
+		t.Fatal("the running stack did not notice its --data was moved")
+	}
+}
