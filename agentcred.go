@@ -21,6 +21,10 @@ type AgentCredential struct {
 	RevokedBy string    `json:"revoked_by,omitempty"`
 }
 
+// RevokedByAdmin is RevokedBy for a credential an admin revoked (berth agents revoke): the
+// id then stays out (a join is refused with ErrRevoked).
+const RevokedByAdmin = "admin"
+
 // Live reports whether the credential is not revoked.
 func (c AgentCredential) Live() bool { return c.RevokedAt.IsZero() }
 

@@ -94,9 +94,6 @@ func newBenchCreateCmd(cf *clientFlags) *cobra.Command {
 				urls = u
 			}
 			cfg.URLs = strings.Split(urls, ",")
-			if err := cfg.check(); err != nil {
-				return err
-			}
 			key, err := cf.resolveKey()
 			if err != nil {
 				return err
@@ -125,11 +122,10 @@ func newBenchCreateCmd(cf *clientFlags) *cobra.Command {
 // 1–4096, a --duration not in (0, 10m], --max-creates below 1, and a --urls entry that is
 // not http(s)://HOST[:PORT] (a *usageError, exit 2).
 func (c benchConfig) check() error {
+	if err := checkLoad(c.Clients, c.Duration); err != nil {
+		return err
+	}
 	switch {
-	case c.Clients < 1 || c.Clients > 4096:
-		return badInput("--clients %d: want 1–4096", c.Clients)
-	case c.Duration <= 0 || c.Duration > 10*time.Minute:
-		return badInput("--duration %s: want more than 0 and at most 10m", c.Duration)
 	case c.MaxCreates < 1:
 		return badInput("--max-creates %d: want 1 or more", c.MaxCreates)
 	case len(c.URLs) == 0:
@@ -139,6 +135,18 @@ func (c benchConfig) check() error {
 		if err := checkServerURL("--urls", u); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkLoad refuses a load `bench create` and `bench fleet` cannot drive, naming the flag:
+// --clients outside 1–4096 or a --duration not in (0, 10m] (a *usageError, exit 2).
+func checkLoad(clients int, duration time.Duration) error {
+	switch {
+	case clients < 1 || clients > 4096:
+		return badInput("--clients %d: want 1–4096", clients)
+	case duration <= 0 || duration > 10*time.Minute:
+		return badInput("--duration %s: want more than 0 and at most 10m", duration)
 	}
 	return nil
 }
@@ -199,10 +207,6 @@ func runBenchCreate(ctx context.Context, cfg benchConfig) (benchResult, error) {
 				a := benchCreateOnce(context.WithoutCancel(runCtx), hc, url, cfg.Key, body)
 				d := time.Since(t0)
 				mu.Lock()
-				if a.code == "transport" && runCtx.Err() != nil {
-					mu.Unlock() // cut short by a stop or an interrupt: not a measurement
-					return
-				}
 				res.Attempts++
 				switch {
 				case a.code == "":
@@ -295,12 +299,20 @@ func benchCreateOnce(ctx context.Context, hc *http.Client, url, key string, body
 		return benchAttempt{code: "bad_body", status: resp.StatusCode,
 			err: fmt.Errorf("POST %s/v1/sandboxes answered 201 with a body that is not a sandbox", url)}
 	}
-	var eb berth.ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-		return benchAttempt{code: eb.Error.Code, status: resp.StatusCode, err: &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}}
+	if be := berthError(b); be != nil {
+		return benchAttempt{code: be.Code, status: resp.StatusCode, err: be}
 	}
 	return benchAttempt{code: fmt.Sprintf("http_%d", resp.StatusCode), status: resp.StatusCode,
 		err: fmt.Errorf("POST %s/v1/sandboxes answered HTTP %d without a Berth error: is it a Berth server?", url, resp.StatusCode)}
+}
+
+// berthError reads an answer's body as Berth's error body, or returns nil when it is not one.
+func berthError(body []byte) *berth.Error {
+	var eb berth.ErrorBody
+	if json.Unmarshal(body, &eb) != nil || eb.Error.Code == "" {
+		return nil
+	}
+	return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
 }
 
 // benchLedger returns the number and MiB of outstanding reservations, or why they could not
@@ -319,9 +331,8 @@ func benchLedger(ctx context.Context, hc *http.Client, url, key string) (int, in
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if resp.StatusCode != http.StatusOK {
 		what := fmt.Sprintf("HTTP %d", resp.StatusCode)
-		var eb berth.ErrorBody
-		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-			what = eb.Error.Code
+		if be := berthError(b); be != nil {
+			what = be.Code
 		}
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 			return 0, 0, fmt.Errorf("GET /v1/reservations answered %s: it needs an admin key", what)

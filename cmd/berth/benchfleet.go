@@ -148,10 +148,9 @@ func (c fleetConfig) check() error {
 		return berth.Errorf(berth.EInvalidRequest, "--heartbeat-interval must be positive")
 	case c.SimAgents < 0 || c.SimAgents > 20000 || (c.SimAgents > 0 && c.SimInterval <= 0):
 		return berth.Errorf(berth.EInvalidRequest, "--sim-agents must be 0–20000, with a positive --sim-interval")
-	case c.Clients < 1 || c.Clients > 4096:
-		return berth.Errorf(berth.EInvalidRequest, "--clients %d: want 1–4096", c.Clients)
-	case c.Duration <= 0 || c.Duration > 10*time.Minute:
-		return berth.Errorf(berth.EInvalidRequest, "--duration %s: want more than 0 and at most 10m", c.Duration)
+	}
+	if err := checkLoad(c.Clients, c.Duration); err != nil {
+		return err
 	}
 	if c.Store != "" {
 		u, err := url.Parse(c.Store)

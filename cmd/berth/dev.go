@@ -196,8 +196,8 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := listenAddrProblem(cfg.Listen); err != nil { // a value no bind can take: exit 2
-		return nil, berth.Errorf(berth.EInvalidRequest, "%s", listenError(cfg.Listen, data, err))
+	if err := checkListen(cfg.Listen, data); err != nil {
+		return nil, err
 	}
 	undo, err := noteDir(data)
 	if err != nil {
@@ -251,7 +251,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	// clean up) each other's sandboxes, while a restart of the same stack finds its leftovers.
 	rts := make([]agent.Runtime, cfg.Agents)
 	for i := range rts {
-		id := fmt.Sprintf("dev-agent-%d", i+1)
+		id := devAgentID(i)
 		rt, closeRT, about, err := cfg.Runtime.open(filepath.Join(data, "agents", id), cfg.Logger.With("agent", id))
 		if err != nil {
 			return s, fmt.Errorf("runtime for %s: %w", id, err)
@@ -314,7 +314,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 
 	agentsFrom := time.Now()
 	for i, rt := range rts {
-		id := fmt.Sprintf("dev-agent-%d", i+1)
+		id := devAgentID(i)
 		acfg := agent.DefaultConfig()
 		acfg.ID = id
 		acfg.Admission = cfg.Admission
@@ -386,20 +386,28 @@ func (s *devStack) watchData(ctx context.Context, every time.Duration) {
 	}
 }
 
-// listenError says why --listen addr cannot be bound, naming the address, and that the
-// data directory was left alone: for a port in use, who may hold it; for an address that is
-// not HOST:PORT (listenAddrProblem), the form wanted. `berth dev` and `berth server` share it.
+// checkListen refuses, before anything is written, a --listen addr no bind can take
+// (listenAddrProblem): invalid_request (exit 2) with net's reason and the form wanted.
+// `berth dev` and `berth server` share it.
+func checkListen(addr, data string) error {
+	if err := listenAddrProblem(addr); err != nil {
+		return berth.Errorf(berth.EInvalidRequest, "cannot listen on %s: %v; --listen wants HOST:PORT, e.g. 127.0.0.1:7070 (0.0.0.0:7070 for every interface); nothing was written to %s",
+			addr, err, data)
+	}
+	return nil
+}
+
+// listenError says why --listen addr could not be bound, naming the address, and that the
+// data directory was left alone; for a port in use, who may hold it. `berth dev` and `berth
+// server` share it.
 func listenError(addr, data string, err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Err != nil {
 		err = op.Err // "bind: address already in use", without repeating the address
 	}
 	hint := ""
-	switch {
-	case errors.Is(err, syscall.EADDRINUSE):
+	if errors.Is(err, syscall.EADDRINUSE) {
 		hint = " (another process listens there, perhaps another berth dev or server: stop it or pick another address with --listen)"
-	case listenAddrProblem(addr) != nil:
-		hint = "; --listen wants HOST:PORT, e.g. 127.0.0.1:7070 (0.0.0.0:7070 for every interface)"
 	}
 	return fmt.Errorf("cannot listen on %s: %w%s; nothing was written to %s", addr, err, hint, data)
 }
@@ -484,7 +492,7 @@ func (s *devStack) waitAgents(ctx context.Context, n int, since time.Time) error
 	since = since.Truncate(time.Millisecond) // the store keeps milliseconds
 	want := map[string]bool{}
 	for i := range n {
-		want[fmt.Sprintf("dev-agent-%d", i+1)] = true
+		want[devAgentID(i)] = true
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -558,9 +566,9 @@ func lockDevData(data string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if busy, err := tryLock(f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if busy {
 			return nil, berth.Errorf(berth.EInvalidRequest,
 				"another berth dev runs with --data %s; stop it, or give this one its own --data", data)
 		}
@@ -580,12 +588,12 @@ func checkDevAgentsAdmitted(ctx context.Context, st berth.AgentCredentialStore, 
 	}
 	revoked := map[string]bool{} // as the store's join reads it: any credential an admin revoked
 	for _, c := range creds {
-		if c.RevokedBy == "admin" {
+		if c.RevokedBy == berth.RevokedByAdmin {
 			revoked[c.AgentID] = true
 		}
 	}
 	for i := range n {
-		id := fmt.Sprintf("dev-agent-%d", i+1)
+		id := devAgentID(i)
 		if revoked[id] {
 			way := "start with a new --data directory"
 			if i > 0 {
@@ -597,6 +605,9 @@ func checkDevAgentsAdmitted(ctx context.Context, st berth.AgentCredentialStore, 
 	}
 	return nil
 }
+
+// devAgentID is the id of dev's agent i (0-based): dev-agent-1, dev-agent-2…
+func devAgentID(i int) string { return fmt.Sprintf("dev-agent-%d", i+1) }
 
 // devTemplates are always present in dev (SPEC §13).
 var devTemplates = []berth.Template{

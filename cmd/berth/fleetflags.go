@@ -54,10 +54,10 @@ func lockAgentDir(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent dir: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if busy, err := tryLock(f); err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if busy {
 			return nil, berth.Errorf(berth.EInvalidRequest, "another agent (pid %s) runs with --dir %s; give each agent on a host its own --dir",
 				strings.TrimSpace(string(holder)), dir)
 		}
@@ -66,6 +66,14 @@ func lockAgentDir(dir string) (release func(), err error) {
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return func() { _ = f.Close() }, nil
+}
+
+// tryLock takes an exclusive flock on f without waiting. busy says another open file holds
+// it (EWOULDBLOCK); any other error is the system's. The lock lasts until f is closed or the
+// process ends. `berth agent`'s --dir and `berth dev`'s --data are locked with it.
+func tryLock(f *os.File) (busy bool, err error) {
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	return errors.Is(err, syscall.EWOULDBLOCK), err
 }
 
 // checkAgentReach checks that the servers can dial the agent (issue 13): serverURL must be an
@@ -80,13 +88,10 @@ func checkAgentReach(serverURL, listen, advertise string) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return berth.Errorf(berth.EInvalidRequest, "--server wants a URL such as http://replica-1:7070, not %q", serverURL)
 	}
-	lhost, _, err := net.SplitHostPort(listen)
-	if err == nil {
-		err = listenAddrProblem(listen)
-	}
-	if err != nil {
+	if err := listenAddrProblem(listen); err != nil {
 		return berth.Errorf(berth.EInvalidRequest, "cannot listen on %s: %v; --listen wants HOST:PORT (0.0.0.0:7071 for every interface)", listen, err)
 	}
+	lhost, _, _ := net.SplitHostPort(listen) // checked just above
 	adv, shown := lhost, listen
 	if advertise != "" {
 		h, err := parseAdvertise(advertise)

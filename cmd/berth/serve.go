@@ -45,8 +45,8 @@ func newServerCmd() *cobra.Command {
 			if err := bounds.check(); err != nil {
 				return err
 			}
-			if err := listenAddrProblem(listen); err != nil { // a value no bind can take: exit 2
-				return berth.Errorf(berth.EInvalidRequest, "%s", listenError(listen, data, err))
+			if err := checkListen(listen, data); err != nil {
+				return err
 			}
 			cfg.Retention = retentionConfig(retention)
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/sim"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // simFlags are `berth sim`'s knobs with their documented defaults (STYLE 9): the defaults
@@ -259,7 +260,7 @@ func checkOutputFile(path string) error {
 	case err == nil && fi.IsDir():
 		return errors.New("is a directory; want a file path")
 	case err == nil:
-		if err := syscall.Access(path, unixW); err != nil {
+		if err := unix.Access(path, unix.W_OK); err != nil {
 			return fmt.Errorf("cannot be written: %w", err)
 		}
 		return nil
@@ -285,7 +286,7 @@ func writableDir(dir string, missingOK bool) error {
 		case err == nil && !fi.IsDir():
 			return fmt.Errorf("%s is not a directory", d)
 		case err == nil:
-			if err := syscall.Access(d, unixW|unixX); err != nil {
+			if err := unix.Access(d, unix.W_OK|unix.X_OK); err != nil {
 				return fmt.Errorf("cannot create files in %s: %w", d, err)
 			}
 			return nil
@@ -309,12 +310,6 @@ func statProblem(err error) error {
 	}
 	return errors.New(pathProblem(err))
 }
-
-// access(2) modes: write, and search (execute) for a directory.
-const (
-	unixW = 0x2
-	unixX = 0x1
-)
 
 // The original Alibaba CSVs --trace-dir reads (docs/PERFORMANCE.md; sim/traces/README.md).
 const (
