@@ -89,11 +89,16 @@ type wireResponse struct {
 // reader of conn). Errors are transport or decoding failures; a response carrying a code is
 // returned as is.
 func roundTrip(conn net.Conn, br *bufio.Reader, req wireRequest) (wireResponse, error) {
-	head, err := json.Marshal(req)
-	if err != nil {
+	// Without HTML escaping, as the replica sends it to the agent: an exec's '<' stays one
+	// byte in the header the init holds in the sandbox's memory, not six (\u003c). Encode
+	// ends the line with '\n'.
+	var head bytes.Buffer
+	enc := json.NewEncoder(&head)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(req); err != nil {
 		return wireResponse{}, fmt.Errorf("encode %s request: %w", req.Op, err)
 	}
-	if _, err := conn.Write(append(head, '\n')); err != nil {
+	if _, err := conn.Write(head.Bytes()); err != nil {
 		return wireResponse{}, err
 	}
 	return readResponse(br, req.Op)
