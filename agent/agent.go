@@ -27,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/conf"
 	"github.com/berth-dev/berth/internal/httpbound"
+	"github.com/berth-dev/berth/internal/inflight"
 	"github.com/berth-dev/berth/internal/tlsconf"
 	"github.com/berth-dev/berth/preempt"
 	"gocloud.dev/blob"
@@ -121,6 +122,11 @@ type Config struct {
 	// create waits for a slot before host_starts_saturated (default 250 ms).
 	MaxStarts     int
 	StartSlotWait time.Duration
+	// ExecInflightMiB bounds the exec requests this agent holds at once, MiB of forwarded
+	// request body (one without a Content-Length counts as the most one may be); an exec
+	// holds its request until its command ends. Over it: 429 rate_limited, which the replica
+	// passes on (docs/DECISIONS.md "Execs in flight"). 0: the default, 256; negative: no bound.
+	ExecInflightMiB int64
 	// ServerURL and NodeToken: where heartbeats go and the token both sides present. The
 	// agent uses NodeToken towards the server only to join (TRUST-1); its heartbeats and
 	// evacuation plans carry the credential the join returned, which it keeps in
@@ -189,6 +195,7 @@ func DefaultConfig() Config {
 		ReserveTTL:        60 * time.Second,
 		MaxStarts:         8,
 		StartSlotWait:     250 * time.Millisecond,
+		ExecInflightMiB:   256,
 		Listen:            "127.0.0.1:0",
 		Version:           "dev",
 		Pressure:          admission.DefaultPressureGate(),
@@ -232,6 +239,8 @@ type Agent struct {
 	cred   *client.Client // speaks as this agent (TRUST-1); nil until joined
 	bootID string
 	starts chan struct{}
+	// execs counts the exec request bytes in flight (Config.ExecInflightMiB).
+	execs *inflight.Bytes
 
 	mu                        sync.Mutex
 	guests                    map[string]*guest
@@ -291,6 +300,9 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 	cfg.ReserveTTL = conf.Or(cfg.ReserveTTL, def.ReserveTTL)
 	cfg.MaxStarts = conf.Or(cfg.MaxStarts, def.MaxStarts)
 	cfg.StartSlotWait = conf.Or(cfg.StartSlotWait, def.StartSlotWait)
+	if cfg.ExecInflightMiB == 0 {
+		cfg.ExecInflightMiB = def.ExecInflightMiB
+	}
 	if cfg.Listen == "" {
 		cfg.Listen = def.Listen
 	}
@@ -340,6 +352,7 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		log:    cfg.Logger.With("agent", cfg.ID),
 		bootID: randomID(),
 		starts: make(chan struct{}, cfg.MaxStarts),
+		execs:  inflight.New(min(cfg.ExecInflightMiB, 1<<30) << 20),
 		guests: map[string]*guest{},
 		kick:   make(chan struct{}, 1),
 		gate:   cfg.Pressure,

@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -152,6 +153,12 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	release, err := a.holdExec(r, id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer release()
 	var req berth.ExecRequest
 	// DecodeBinary: stdin may be binary.
 	if err := httpjson.DecodeBinary(w, r, maxForwardedExecBytes, &req); err != nil {
@@ -168,6 +175,47 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
+}
+
+// execShare is the part of a sandbox's memory its execs' requests may hold at once at the
+// agent: the init holds each exec's request three to four times over while it runs (the
+// header line, its decoded stdin, the pipe's copy), so a burst of large execs killed its
+// own sandbox (150 execs of 900 KB, a 2 GiB sandbox under gVisor).
+const execShare = 16
+
+// holdExec counts r's body (its Content-Length, or the most a forwarded exec may be) against
+// the execs in flight of sandbox id (1/execShare of its memory) and of this agent
+// (Config.ExecInflightMiB) until release, before the body is read. Over either:
+// rate_limited (429), retry after 1 s, which the replica passes on.
+func (a *Agent) holdExec(r *http.Request, id string) (release func(), err error) {
+	n := r.ContentLength
+	if n < 0 || n > maxForwardedExecBytes {
+		n = maxForwardedExecBytes
+	}
+	a.mu.Lock()
+	g, ok := a.guests[id]
+	var memMiB int64
+	if ok {
+		memMiB = g.spec.MemoryMiB
+	}
+	a.mu.Unlock()
+	if !ok {
+		return nil, a.held(id) // sandbox_not_found, as the exec itself would answer
+	}
+	perSandbox := max(memMiB<<20/execShare, 1)
+	release, ok = a.execs.Take(id, n, perSandbox)
+	if ok {
+		return release, nil
+	}
+	mine, all := a.execs.Held(id)
+	bound := "no bound"
+	if a.cfg.ExecInflightMiB > 0 {
+		bound = fmt.Sprintf("--exec-inflight-mb %d", a.cfg.ExecInflightMiB)
+	}
+	e := berth.Errorf(berth.ERateLimited, "agent %s holds %d KiB of exec requests in flight (%s), %d KiB of them for sandbox %s (at most 1/%d of its %d MiB); retry when one ends",
+		a.cfg.ID, all>>10, bound, mine>>10, id, execShare, memMiB)
+	e.RetryAfter = time.Second
+	return nil, e
 }
 
 // handleWriteFile streams the request body into the sandbox (ISO-3): nothing is buffered

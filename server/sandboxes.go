@@ -400,6 +400,11 @@ func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.S
 }
 
 func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
+	release, err := s.holdExec(r, p)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var req berth.ExecRequest
 	// DecodeBinary: stdin may be binary, and it is never stored.
 	if err := httpjson.DecodeBinary(w, r, maxJSONBytes, &req); err != nil {
@@ -433,6 +438,30 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
 	return nil
+}
+
+// holdExec counts r's body against its tenant's execs in flight on this replica
+// (Config.TenantExecMiB) until release, before the body is read: a body without a
+// Content-Length counts as the most it may be. Over the bound: rate_limited (429), retry
+// after 1 s — an exec ending frees its room, which no estimate foresees.
+func (s *Server) holdExec(r *http.Request, p principal) (release func(), err error) {
+	n := r.ContentLength
+	if n < 0 || n > maxJSONBytes {
+		n = maxJSONBytes
+	}
+	key := "tenant/" + p.Tenant
+	if p.admin() {
+		key = "admin"
+	}
+	release, ok := s.execs.Take(key, n, min(s.cfg.TenantExecMiB, 1<<30)<<20)
+	if !ok {
+		held, _ := s.execs.Held(key)
+		e := berth.Errorf(berth.ERateLimited, "%s has %d KiB of exec requests in flight on this replica, the most it may (--tenant-exec-mb %d); retry when one ends",
+			key, held>>10, s.cfg.TenantExecMiB)
+		e.RetryAfter = time.Second
+		return nil, e
+	}
+	return release, nil
 }
 
 // filePath validates ?path=: absolute, clean, no NUL, at most 4096 bytes.

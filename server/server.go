@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/conf"
+	"github.com/berth-dev/berth/internal/inflight"
 	"github.com/prometheus/client_golang/prometheus"
 	"gocloud.dev/blob"
 )
@@ -125,6 +126,12 @@ type Config struct {
 	// (issue 15). DefaultConfig: 100/s, bursts of 200. The admin key and node token are exempt.
 	TenantRate  float64
 	TenantBurst int
+	// TenantExecMiB bounds the exec requests each key's tenant has in flight on this replica,
+	// MiB of request body (a body without a Content-Length counts as the 1 MiB maximum; the
+	// admin key is bounded as one more tenant). An exec holds its request until its command
+	// ends, so the bound is on memory held, not on rate; over it: 429 rate_limited, retry
+	// after 1 s (docs/DECISIONS.md "Execs in flight"). DefaultConfig: 64; 0 = no bound.
+	TenantExecMiB int64
 	// AgentTLS is the TLS configuration of calls to agents whose address is https:// (issue
 	// 15, point 2): its RootCAs is the CA that signed the agents' certificates (nil: the
 	// system's roots). RequireAgentTLS refuses heartbeats announcing an http:// address
@@ -167,6 +174,7 @@ func DefaultConfig() Config {
 		PauseTimeout:         10 * time.Minute,
 		TenantRate:           100,
 		TenantBurst:          200,
+		TenantExecMiB:        64,
 	}
 }
 
@@ -180,6 +188,7 @@ type Server struct {
 	templates *templateCache
 	quotas    *ttlCache[berth.Quota] // per tenant, a few seconds (ADM-11)
 	limits    *tenantLimits          // per-tenant request rate (nil: none)
+	execs     *inflight.Bytes        // exec request bytes in flight per tenant (Config.TenantExecMiB)
 	metrics   *metrics
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
 	stopping  sync.Map               // agent id → a stopEnded round in flight
@@ -246,6 +255,7 @@ func New(cfg Config, st berth.Store) *Server {
 		quotas:         &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
 		heartbeatCreds: &ttlCache[string]{ttl: heartbeatCredTTL, max: 1 << 16},
 		limits:         newTenantLimits(cfg.TenantRate, cfg.TenantBurst, time.Now),
+		execs:          inflight.New(0),
 		metrics:        m,
 		retained:       newRetentionCounter(cfg.Registry),
 		log:            cfg.Logger,

@@ -12,7 +12,8 @@ import (
 
 // TestStartupRefusesNegativeBounds: `berth server` and `berth dev` refuse a negative tenant
 // rate or burst, connection cap below -1, negative timeouts and a negative retention with an
-// invalid_request naming the flag, before writing anything (a new user's trial found
+// invalid_request naming the flag, before writing anything (and --tenant-exec-mb past 1 TiB,
+// whose bytes would overflow) (a new user's trial found
 // `--tenant-rate -5` silently meant "no limit").
 func TestStartupRefusesNegativeBounds(t *testing.T) {
 	t.Setenv("BERTH_NODE_TOKEN", strings.Repeat("t", 64))
@@ -20,6 +21,7 @@ func TestStartupRefusesNegativeBounds(t *testing.T) {
 		{"--tenant-rate", "-5"}, {"--tenant-burst", "-3"}, {"--max-conns", "-2"},
 		{"--idle-timeout", "-1s"}, {"--body-timeout", "-1s"}, {"--body-min-rate", "-1"}, {"--retention", "-1h"},
 		{"--app-wake-timeout", "-1s"}, {"--app-start-timeout", "-1s"},
+		{"--tenant-exec-mb", "-1"}, {"--tenant-exec-mb", "1048577"},
 	} {
 		for _, cmd := range []string{"server", "dev"} {
 			t.Run(cmd+strings.Join(flags, "="), func(t *testing.T) {

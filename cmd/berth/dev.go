@@ -299,7 +299,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	scfg.AppsDomain, scfg.AppWakeTimeout, scfg.AppStartTimeout = cfg.AppsDomain, cfg.AppWakeTimeout, cfg.AppStartTimeout
 	scfg.Snapshots = snapshots
 	scfg.Logger = cfg.Logger
-	scfg.TenantRate, scfg.TenantBurst = cfg.Bounds.TenantRate, cfg.Bounds.TenantBurst
+	cfg.Bounds.server(&scfg)
 	scfg.Retention = retentionConfig(cfg.Retention)
 	if cfg.serverHook != nil {
 		cfg.serverHook(&scfg)

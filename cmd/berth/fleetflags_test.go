@@ -223,25 +223,30 @@ func TestAgentReachAdvertiseForms(t *testing.T) {
 	}
 }
 
-// TestAgentBadAdvertiseWritesNothing: `berth agent` with a malformed --advertise exits 2
-// before it writes anything — its --dir is not even created (issue 13).
+// TestAgentBadAdvertiseWritesNothing: `berth agent` with a malformed --advertise (issue 13),
+// or an --exec-inflight-mb below 0 or past 1 TiB, exits 2 naming the flag and the value
+// before it writes anything — its --dir is not even created.
 func TestAgentBadAdvertiseWritesNothing(t *testing.T) {
 	t.Setenv("BERTH_NODE_TOKEN", server.NewKeySecret())
-	for _, adv := range []string{"localhost:+7071", "127.0.0.1:"} {
+	for _, bad := range [][2]string{
+		{"--advertise", "localhost:+7071"}, {"--advertise", "127.0.0.1:"},
+		{"--exec-inflight-mb", "-1"}, {"--exec-inflight-mb", "1048577"},
+	} {
+		flag, value := bad[0], bad[1]
 		dir := filepath.Join(t.TempDir(), "agent")
 		args := []string{"agent", "--dir", dir, "--volume-dir", filepath.Join(dir, "volumes"), "--runtime", "process",
-			"--server", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--advertise", adv}
+			"--server", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", flag, value}
 		if os.Geteuid() != 0 {
 			args = append(args, "--insecure")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // bounds an agent that wrongly starts
 		err := Main(ctx, args, strings.NewReader(""), io.Discard, io.Discard)
 		cancel()
-		if exitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), "--advertise") || !strings.Contains(fmt.Sprint(err), adv) {
-			t.Errorf("--advertise %q: %v (exit %d), want exit 2 naming --advertise and the value", adv, err, exitCode(err))
+		if exitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), flag) || !strings.Contains(fmt.Sprint(err), value) {
+			t.Errorf("%s %q: %v (exit %d), want exit 2 naming %s and the value", flag, value, err, exitCode(err), flag)
 		}
 		if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
-			t.Errorf("--advertise %q: %s exists after the refusal (%v), want nothing written", adv, dir, serr)
+			t.Errorf("%s %q: %s exists after the refusal (%v), want nothing written", flag, value, dir, serr)
 		}
 	}
 }

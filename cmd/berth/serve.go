@@ -93,7 +93,7 @@ func newServerCmd() *cobra.Command {
 			if cfg.Snapshots != nil {
 				defer cfg.Snapshots.Close()
 			}
-			cfg.TenantRate, cfg.TenantBurst = bounds.TenantRate, bounds.TenantBurst
+			bounds.server(&cfg)
 			srv := server.New(cfg, st)
 			hs, bln := bounds.Limits.Serve(ln, srv.Handler(), srv.LongLived)
 			go func() { _ = srv.Run(ctx) }()
@@ -134,14 +134,15 @@ func newServerCmd() *cobra.Command {
 // serverBounds are the flags bounding one API listener (issue 15, point 3; docs/DECISIONS.md
 // "Bounded servers"): connections, timeouts and each tenant's request rate.
 type serverBounds struct {
-	Limits      httpbound.Limits
-	TenantRate  float64
-	TenantBurst int
+	Limits        httpbound.Limits
+	TenantRate    float64
+	TenantBurst   int
+	TenantExecMiB int64
 }
 
 func defaultServerBounds() serverBounds {
 	d := server.DefaultConfig()
-	return serverBounds{Limits: httpbound.DefaultLimits(), TenantRate: d.TenantRate, TenantBurst: d.TenantBurst}
+	return serverBounds{Limits: httpbound.DefaultLimits(), TenantRate: d.TenantRate, TenantBurst: d.TenantBurst, TenantExecMiB: d.TenantExecMiB}
 }
 
 func (b *serverBounds) register(f *pflag.FlagSet) {
@@ -151,6 +152,15 @@ func (b *serverBounds) register(f *pflag.FlagSet) {
 	f.Int64Var(&b.Limits.BodyMinRate, "body-min-rate", b.Limits.BodyMinRate, "bytes per second a request body must keep up after --body-timeout")
 	f.Float64Var(&b.TenantRate, "tenant-rate", b.TenantRate, "requests per second each tenant's keys may make (token bucket; 0: no limit); over it: 429 rate_limited with Retry-After")
 	f.IntVar(&b.TenantBurst, "tenant-burst", b.TenantBurst, "requests a tenant may make at once above --tenant-rate (0 counts as 1)")
+	f.Int64Var(&b.TenantExecMiB, "tenant-exec-mb", b.TenantExecMiB, "MiB of exec requests each tenant may have in flight on this replica (an exec holds its stdin until its command ends; 0: no bound); over it: 429 rate_limited")
+}
+
+// maxExecInflightMiB is the largest --tenant-exec-mb and --exec-inflight-mb taken, MiB (1 TiB).
+const maxExecInflightMiB = 1 << 20
+
+// server copies the bounds a server.Config carries into cfg.
+func (b serverBounds) server(cfg *server.Config) {
+	cfg.TenantRate, cfg.TenantBurst, cfg.TenantExecMiB = b.TenantRate, b.TenantBurst, b.TenantExecMiB
 }
 
 // check refuses bounds no listener can serve under (invalid_request, exit 2), before
@@ -161,6 +171,8 @@ func (b serverBounds) check() error {
 	switch {
 	case b.TenantRate < 0 || b.TenantBurst < 0:
 		return berth.Errorf(berth.EInvalidRequest, "--tenant-rate and --tenant-burst must be 0 (no limit; a burst of 1) or positive, not %v and %d", b.TenantRate, b.TenantBurst)
+	case b.TenantExecMiB < 0 || b.TenantExecMiB > maxExecInflightMiB:
+		return berth.Errorf(berth.EInvalidRequest, "--tenant-exec-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, b.TenantExecMiB)
 	case l.MaxConns < -1:
 		return berth.Errorf(berth.EInvalidRequest, "--max-conns must be -1 (no cap), 0 (the default) or positive, not %d", l.MaxConns)
 	case l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.BodyMinRate < 0:
@@ -205,6 +217,12 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
+			switch {
+			case cfg.ExecInflightMiB < 0 || cfg.ExecInflightMiB > maxExecInflightMiB:
+				return berth.Errorf(berth.EInvalidRequest, "--exec-inflight-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, cfg.ExecInflightMiB)
+			case cfg.ExecInflightMiB == 0:
+				cfg.ExecInflightMiB = -1 // agent.Config: negative is no bound, 0 its default
+			}
 			if cfg.NodeToken == "" || cfg.ServerURL == "" {
 				return berth.Errorf(berth.EInvalidRequest, "set --server and BERTH_NODE_TOKEN")
 			}
@@ -280,6 +298,7 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 	f.Int64Var(&cfg.HeadroomMiB, "headroom-mb", cfg.HeadroomMiB, "memory kept back from the budget, MiB (must be below the budget: the agent refuses to start otherwise)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", cfg.HeartbeatInterval, "heartbeat period (AGT-1)")
 	f.IntVar(&cfg.MaxStarts, "max-starts", cfg.MaxStarts, "concurrent starts (ADM-10)")
+	f.Int64Var(&cfg.ExecInflightMiB, "exec-inflight-mb", cfg.ExecInflightMiB, "MiB of exec requests this agent holds at once (an exec holds its stdin until its command ends; 0: no bound); over it: 429 rate_limited")
 	registerWarmPool(f, &cfg.WarmPool)
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "internal API address to listen on, HOST:PORT (0.0.0.0:PORT: every interface)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "HOST[:PORT] the servers dial to reach this agent (default: the --listen address; the port defaults to the listener's). Refused when loopback while --server is another machine")

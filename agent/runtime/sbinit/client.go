@@ -26,9 +26,10 @@ type Client struct {
 // becomes a *berth.Error. The stream is returned open (with its reader) when keep is true
 // and the call succeeded; otherwise it is closed.
 func (c *Client) call(ctx context.Context, req wireRequest, keep bool) (wireResponse, net.Conn, *bufio.Reader, error) {
+	op := req.Op // req is not used past roundTrip: an exec's stdin is not kept while it runs
 	conn, err := c.Dial(ctx)
 	if err != nil {
-		return wireResponse{}, nil, nil, c.transportErr(ctx, req.Op, err)
+		return wireResponse{}, nil, nil, c.transportErr(ctx, op, err)
 	}
 	// Closing the stream is how a cancelled context reaches the init.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -36,11 +37,11 @@ func (c *Client) call(ctx context.Context, req wireRequest, keep bool) (wireResp
 	resp, err := roundTrip(conn, br, req)
 	if !stop() {
 		conn.Close()
-		return resp, nil, nil, c.transportErr(ctx, req.Op, ctx.Err())
+		return resp, nil, nil, c.transportErr(ctx, op, ctx.Err())
 	}
 	if err != nil {
 		conn.Close()
-		return resp, nil, nil, c.transportErr(ctx, req.Op, err)
+		return resp, nil, nil, c.transportErr(ctx, op, err)
 	}
 	if resp.Code != "" {
 		conn.Close()

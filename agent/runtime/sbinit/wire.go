@@ -89,19 +89,27 @@ type wireResponse struct {
 // reader of conn). Errors are transport or decoding failures; a response carrying a code is
 // returned as is.
 func roundTrip(conn net.Conn, br *bufio.Reader, req wireRequest) (wireResponse, error) {
-	// Without HTML escaping, as the replica sends it to the agent: an exec's '<' stays one
-	// byte in the header the init holds in the sandbox's memory, not six (\u003c). Encode
-	// ends the line with '\n'.
+	op := req.Op
+	if err := writeRequest(conn, req); err != nil {
+		return wireResponse{}, err
+	}
+	return readResponse(br, op)
+}
+
+// writeRequest writes req as one header line. Without HTML escaping, as the replica sends it
+// to the agent: an exec's '<' stays one byte in the header the init holds in the sandbox's
+// memory, not six (\u003c). Encode ends the line with '\n'. Its own function so that nothing
+// of the request — an exec's stdin, up to 3 MiB encoded — stays reachable while the command
+// runs (roundTrip waits for the answer for up to the exec's timeout).
+func writeRequest(conn net.Conn, req wireRequest) error {
 	var head bytes.Buffer
 	enc := json.NewEncoder(&head)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(req); err != nil {
-		return wireResponse{}, fmt.Errorf("encode %s request: %w", req.Op, err)
+		return fmt.Errorf("encode %s request: %w", req.Op, err)
 	}
-	if _, err := conn.Write(head.Bytes()); err != nil {
-		return wireResponse{}, err
-	}
-	return readResponse(br, req.Op)
+	_, err := conn.Write(head.Bytes())
+	return err
 }
 
 // readResponse reads one response line.

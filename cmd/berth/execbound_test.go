@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/client"
+)
+
+// heldStdin is an exec's stdin of ~900 KB: two fit under a 2 MiB bound, three do not.
+var heldStdin = strings.Repeat("a", 900_000)
+
+// heldBody is an exec request of cmd with heldStdin.
+func heldBody(t *testing.T, cmd string) string {
+	t.Helper()
+	b, err := json.Marshal(berth.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Stdin: heldStdin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// holdExecs starts n execs in sandbox id with key, each with heldStdin, that run until
+// /tmp/go exists in the sandbox, and returns once each has started (its marker file is
+// there) — so each is in flight at the replica and the agent. The returned function writes
+// /tmp/go and checks that each held exec then ends with 200.
+func holdExecs(t *testing.T, st *devStack, key, id string, n int) (finish func()) {
+	t.Helper()
+	codes := make(chan string, n)
+	for i := range n {
+		body := heldBody(t, fmt.Sprintf("touch /tmp/started-%d; while [ ! -e /tmp/go ]; do sleep 0.05; done", i))
+		go func() { codes <- postExec(st, key, id, body) }()
+	}
+	c := client.New(st.URL, key)
+	ctx := context.Background()
+	released, ended := false, 0
+	release := func() {
+		if !released {
+			released = true
+			_ = c.WriteFile(ctx, id, "/tmp/go", nil)
+		}
+	}
+	// Whatever happens, the held execs end before the stack does.
+	t.Cleanup(func() {
+		release()
+		for ; ended < n; ended++ {
+			<-codes
+		}
+	})
+	waitFor(t, 60*time.Second, "held execs started", func() (bool, string) {
+		for i := range n {
+			if _, err := c.ReadFile(ctx, id, fmt.Sprintf("/tmp/started-%d", i)); err != nil {
+				return false, err.Error()
+			}
+		}
+		return true, ""
+	})
+	return func() {
+		t.Helper()
+		release()
+		for ; ended < n; ended++ {
+			if got := <-codes; !strings.HasPrefix(got, "200 ") {
+				t.Errorf("a held exec ended with %s, want 200", got)
+			}
+		}
+	}
+}
+
+// postExec posts an exec and returns "STATUS BODY" (at most 200 bytes of it), or the
+// transport error; it may run on any goroutine.
+func postExec(st *devStack, key, id, body string) string {
+	req, _ := http.NewRequest(http.MethodPost, st.URL+"/v1/sandboxes/"+id+"/exec", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+	return fmt.Sprintf("%d %s", resp.StatusCode, b)
+}
+
+// tenantWithSandbox makes tenant name, a key of it and a shell sandbox of it of memMiB MiB
+// (0: the template's).
+func tenantWithSandbox(t *testing.T, st *devStack, name string, memMiB int64) (key, id string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := adminClient(st)
+	if _, err := admin.CreateTenant(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	k, err := admin.CreateAPIKey(ctx, name, berth.RoleTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := client.New(st.URL, k.Key).CreateSandbox(ctx, berth.CreateRequest{Template: "shell", MemoryMiB: memMiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Key, sb.ID
+}
+
+// checkExecRefused posts a large exec and wants 429 rate_limited, retryable, with a
+// Retry-After and a message holding want.
+func checkExecRefused(t *testing.T, st *devStack, key, id, want string) {
+	t.Helper()
+	code, h, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", heldBody(t, "true"))
+	var eb berth.ErrorBody
+	_ = json.Unmarshal(b, &eb)
+	if code != 429 || eb.Error.Code != berth.ERateLimited || !eb.Error.Retryable || h.Get("Retry-After") != "1" || !strings.Contains(eb.Error.Message, want) {
+		t.Fatalf("one more large exec than fits: %d Retry-After %q %s; want 429 rate_limited, Retry-After 1, a message with %q",
+			code, h.Get("Retry-After"), b, want)
+	}
+}
+
+// TestExecsInFlightBoundedPerTenant: an exec holds its request (its stdin) until its command
+// ends, so a burst of long execs with large stdin pinned memory in the replica without bound
+// (150 execs of 900 KB: `berth dev` from 37 to 522 MB). With --tenant-exec-mb 2, a tenant's
+// third ~900 KB exec while two run is 429 rate_limited with Retry-After — a small one still
+// fits, another tenant is not affected, and once the two end the tenant's next one runs.
+func TestExecsInFlightBoundedPerTenant(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.Bounds.TenantExecMiB = 2 })
+	key, id := tenantWithSandbox(t, st, "burst", 0)
+	finish := holdExecs(t, st, key, id, 2)
+	checkExecRefused(t, st, key, id, "--tenant-exec-mb 2")
+	small, _ := json.Marshal(berth.ExecRequest{Cmd: []string{"true"}})
+	if code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", string(small)); code != 200 {
+		t.Errorf("a small exec beside the two held: %d %s, want 200 (the bound is bytes held, not a count)", code, b)
+	}
+	otherKey, otherID := tenantWithSandbox(t, st, "calm", 0)
+	if code, _, b := rawPost(t, st, otherKey, "/v1/sandboxes/"+otherID+"/exec", heldBody(t, "true")); code != 200 {
+		t.Errorf("another tenant's large exec: %d %.300s, want 200", code, b)
+	}
+	finish()
+	if code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", heldBody(t, "true")); code != 200 {
+		t.Errorf("a large exec after the held ones ended: %d %.300s, want 200", code, b)
+	}
+}
+
+// TestExecsInFlightBoundedPerAgent: the agent bounds the exec requests it holds — in all
+// (--exec-inflight-mb), whoever sends them, a host's own defence when many tenants or
+// replicas send it long execs; and per sandbox, to 1/16 of its memory, since the sandbox's
+// init holds each request several times over while it runs (a burst of 150 execs of 900 KB
+// killed a 2 GiB gVisor sandbox; a 256 MiB one now takes 18 of them and refuses the rest).
+// Its 429 reaches the caller as rate_limited with Retry-After, through the replica.
+func TestExecsInFlightBoundedPerAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		agentMiB int64 // --exec-inflight-mb
+		sbMiB    int64 // the sandbox's memory
+		held     int   // ~900 KB execs that fit
+		want     string
+	}{
+		{"in all", 2, 0, 2, "(--exec-inflight-mb 2)"},
+		{"per sandbox", 0, 64, 4, "(at most 1/16 of its 64 MiB)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := bootDev(t, func(c *devConfig) {
+				c.Bounds.TenantExecMiB = 0 // no bound at the replica: the agent's is the one met
+				c.agentHook = func(_ int, a *agent.Config) { a.ExecInflightMiB = tc.agentMiB }
+			})
+			key, id := tenantWithSandbox(t, st, "burst", tc.sbMiB)
+			finish := holdExecs(t, st, key, id, tc.held)
+			checkExecRefused(t, st, key, id, tc.want)
+			finish()
+			if code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", heldBody(t, "true")); code != 200 {
+				t.Errorf("a large exec after the held ones ended: %d %.300s, want 200", code, b)
+			}
+		})
+	}
+}
