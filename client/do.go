@@ -91,9 +91,11 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 			now := c.clock.Now()
 			e := decodeError(resp.status, resp.header, resp.body, now)
 			// A 429 is retried only as rate_limited (issue 15: a tenant over its request
-			// rate, with Retry-After); any other 429 returns at once.
+			// rate, or an exec over a bound of execs in flight, with Retry-After); any other
+			// 429 returns at once. The server refuses it before doing anything, so it is
+			// retried for any call, idempotent or not.
 			rateLimited := resp.status == http.StatusTooManyRequests && e.Code == berth.ERateLimited
-			if !r.idempotent || !(retryableStatus(resp.status) || rateLimited) {
+			if !rateLimited && !(r.idempotent && retryableStatus(resp.status)) {
 				return response{}, e
 			}
 			last = e

@@ -10,7 +10,9 @@
 // Only idempotent calls are retried: GET, DELETE, file PUT and sandbox create (which always
 // carries an Idempotency-Key, API-4, generated once per call and reused on every attempt, and
 // the first attempt's time in Berth-First-Attempt, SDK-3). Exec, heartbeats, drain/undrain and
-// tenant/key creation are sent exactly once.
+// tenant/key creation are sent again only after a 429 rate_limited, which the server answers
+// before doing anything (a tenant over its request rate, or an exec over a bound of exec
+// requests in flight); any other answer or failure returns at once.
 //
 // A retried call retries on 502, 503 and 504 answers, on 429 answers whose code is
 // rate_limited (issue 15), on connection failures (dial errors, connection resets, EOF before

@@ -192,6 +192,27 @@ func TestNonIdempotentCallsAreNotRetried(t *testing.T) {
 	}
 }
 
+// A 429 rate_limited is answered before the server does anything (a tenant over its request
+// rate, an exec over a bound of execs in flight), so even the calls sent exactly once are
+// sent again after its Retry-After, with the same body; other refusals of them still return
+// at once (TestNonIdempotentCallsAreNotRetried).
+func TestRateLimitedIsRetriedForEveryCall(t *testing.T) {
+	limited := reply{status: 429, header: map[string]string{"Retry-After": "1"}, body: errBody(berth.ERateLimited, 1)}
+	srv, s := newScripted(t, limited, reply{status: 200, body: `{"exit_code":0,"stdout":"hi\n","stderr":""}`})
+	clk := newFakeClock(time.Now())
+	res, err := New(srv.URL, "k", WithClock(clk)).Exec(context.Background(), "sb-1", berth.ExecRequest{Cmd: []string{"echo", "hi"}})
+	if err != nil || res.Stdout != "hi\n" {
+		t.Fatalf("Exec after a 429 rate_limited: %+v, %v; want the second answer", res, err)
+	}
+	got := s.Seen()
+	if len(got) != 2 || got[0].Body != got[1].Body || got[0].Body != `{"cmd":["echo","hi"]}` {
+		t.Errorf("requests %+v; want the same exec twice", got)
+	}
+	if diff := cmp.Diff([]time.Duration{time.Second}, clk.Sleeps()); diff != "" {
+		t.Errorf("sleeps (-want +got):\n%s", diff)
+	}
+}
+
 // Every idempotent call is retried on 502/503/504.
 func TestIdempotentCallsAreRetried(t *testing.T) {
 	ctx := context.Background()

@@ -6,7 +6,9 @@ Retry policy (SDK-1), the Go SDK's (client/doc.go) to the letter:
   desired-state actions, and the creates of sandboxes and apps and app deploys (which always
   carry an ``Idempotency-Key``, made once per call and sent on every attempt with the first
   attempt's time in ``Berth-First-Attempt`` and its number in ``Berth-Attempt``: API-4,
-  SDK-3). Exec and tenant/key creation are sent exactly once.
+  SDK-3). Exec and tenant/key creation are sent again only after a 429 ``rate_limited``,
+  which the server answers before doing anything (a tenant over its request rate, or an exec
+  over a bound of exec requests in flight); any other answer or failure raises at once.
 - A retried call retries 502, 503 and 504 answers, 429 answers whose code is
   ``rate_limited``, connection failures (refused, reset, a name that does not resolve, a
   hang-up before the answer) and timeouts. Every other non-2xx answer raises at once.
@@ -207,9 +209,11 @@ class Client:
                     return resp
                 now = clk.wall()
                 e = _decode_error(resp.status, resp.headers, resp.body, now)
-                # A 429 is retried only as rate_limited (a tenant over its request rate).
+                # A 429 is retried only as rate_limited (a tenant over its request rate, or an
+                # exec over a bound of execs in flight), for any call: the server refused it
+                # before doing anything.
                 rate_limited = resp.status == 429 and e.code == RATE_LIMITED
-                if not r.idempotent or not (_retryable_status(resp.status) or rate_limited):
+                if not rate_limited and not (r.idempotent and _retryable_status(resp.status)):
                     raise e
                 last = e
                 hint_ns, has_hint = _retry.retry_after_header(resp.headers, now)

@@ -232,6 +232,18 @@ class WhatIsRetried(RetryCase):
         self.assertEqual(s.requests()[0].body, b'{"cmd":["python3","-c","print(2+2)"],"timeout_s":5}')
         self.assertNotIn("Idempotency-Key", s.requests()[0].headers)
 
+    def test_rate_limited_exec_is_sent_again(self) -> None:
+        # A 429 rate_limited is answered before anything runs, so even exec is sent again,
+        # after its Retry-After, with the same body (the Go SDK's TestRateLimitedIsRetriedForEveryCall).
+        s = self.server(refusal("1", code="rate_limited", status=429),
+                        Reply(200, {"exit_code": 0, "stdout": "hi\n", "stderr": ""}))
+        clk = FakeClock(time.time())
+        res = self.client(s.url, clk).sandboxes.exec("sb-1", ["echo", "hi"])
+        self.assertEqual(res.stdout, "hi\n")
+        self.assertEqual(len(s.requests()), 2)
+        self.assertEqual(s.requests()[0].body, s.requests()[1].body)
+        self.assertEqual(clk.sleeps, [1.0])
+
     def test_tenant_and_key_creation_are_sent_once(self) -> None:
         s = self.server(refusal("1", code="unavailable"))
         c = self.client(s.url, FakeClock(time.time()))

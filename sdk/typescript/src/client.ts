@@ -184,7 +184,9 @@ class AttemptTimeout extends Error {
  * Retry policy (SDK-1, as the Go SDK's): only idempotent calls are retried — GET, DELETE,
  * file writes, pause/resume, app actions, and sandbox/app create and deploy, which always carry
  * an Idempotency-Key (one per call, reused on every attempt) with Berth-First-Attempt and
- * Berth-Attempt (API-4, SDK-3). Exec and tenant/key creation are sent exactly once. A retried
+ * Berth-Attempt (API-4, SDK-3). Exec and tenant/key creation are sent again only after a 429
+ * rate_limited, which the server answers before doing anything (a tenant over its request
+ * rate, or an exec over a bound of exec requests in flight); any other failure throws. A retried
  * call retries 502/503/504, 429 rate_limited, connection failures and attempts cut by their
  * per-attempt bound; every other non-2xx answer throws a BerthError at once. Between attempts
  * it sleeps as the answer's Retry-After says (delta-seconds or an HTTP-date, read against the
@@ -280,9 +282,11 @@ export class Berth {
         if (answer.status >= 200 && answer.status <= 299) return answer;
         const now = this.#clock.now();
         const e = decodeError(answer, now);
-        // A 429 is retried only as rate_limited (a tenant over its request rate).
+        // A 429 is retried only as rate_limited (a tenant over its request rate, or an exec
+        // over a bound of execs in flight), for any call: the server refused it before doing
+        // anything.
         const rateLimited = answer.status === 429 && e.code === "rate_limited";
-        if (!r.idempotent || !(retryableStatus(answer.status) || rateLimited)) throw e;
+        if (!rateLimited && !(r.idempotent && retryableStatus(answer.status))) throw e;
         last = e;
         hintS = retryAfterFromHeaders(answer.headers, now);
       }

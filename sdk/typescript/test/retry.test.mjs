@@ -245,6 +245,26 @@ describe("out of patience: CapacityUnavailable (SDK-2)", () => {
   });
 });
 
+describe("a 429 rate_limited is retried for every call", () => {
+  test("exec is sent again after the Retry-After, with the same body: nothing ran", async () => {
+    await withServer(
+      (_req, res, n) =>
+        n === 1
+          ? refuse(res, 429, "rate_limited", { retryAfter: 1, retryAfterS: 1 })
+          : answer(res, 200, { exit_code: 0, stdout: "hi\n", stderr: "" }),
+      async (srv) => {
+        const clock = fakeClock();
+        const berth = new Berth({ url: srv.url, key: "k", clock });
+        const res = await berth.sandboxes.exec("sb-1", ["echo", "hi"]);
+        assert.equal(res.stdout, "hi\n");
+        assert.deepEqual(clock.sleeps, [1000]);
+        assert.equal(srv.requests.length, 2);
+        assert.deepEqual(srv.requests[0].body, srv.requests[1].body);
+      },
+    );
+  });
+});
+
 describe("what is not retried", () => {
   test("exec is sent once: a 503 throws at once", async () => {
     await withServer((_req, res) => refuse(res, 503, "unavailable", { retryAfter: 1 }), async (srv) => {
