@@ -207,13 +207,15 @@ func (a *Agent) holdExec(r *http.Request, id string) (release func(), err error)
 	if ok {
 		return release, nil
 	}
-	mine, all := a.execs.Held(id)
-	bound := "no bound"
-	if a.cfg.ExecInflightMiB > 0 {
-		bound = fmt.Sprintf("--exec-inflight-mb %d", a.cfg.ExecInflightMiB)
+	// The message names what the caller's own sandbox holds, never what the host holds for
+	// other tenants (found by an attack: a byte count of everyone's execs is a side channel).
+	mine, _ := a.execs.Held(id)
+	msg := fmt.Sprintf("agent %s holds as many exec requests as it takes at once (--exec-inflight-mb %d)", a.cfg.ID, a.cfg.ExecInflightMiB)
+	if mine+n > perSandbox {
+		msg = fmt.Sprintf("sandbox %s has %d KiB of exec requests in flight and this one needs %d KiB, over the 1/%d of its %d MiB its host takes for it",
+			id, mine>>10, n>>10, execShare, memMiB)
 	}
-	e := berth.Errorf(berth.ERateLimited, "agent %s holds %d KiB of exec requests in flight (%s), %d KiB of them for sandbox %s (at most 1/%d of its %d MiB); retry when one ends",
-		a.cfg.ID, all>>10, bound, mine>>10, id, execShare, memMiB)
+	e := berth.Errorf(berth.ERateLimited, "%s; retry when one ends", msg)
 	e.RetryAfter = time.Second
 	return nil, e
 }

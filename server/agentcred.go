@@ -42,7 +42,13 @@ func (s *Server) joinAgent(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(b)
 	secret := hex.EncodeToString(b)
 	c := berth.AgentCredential{AgentID: req.AgentID, Hash: HashKey(secret), CreatedAt: s.cfg.Clock()}
-	err := s.store.JoinAgent(r.Context(), c)
+	release, err := s.joinSlot(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
+	err = s.store.JoinAgent(r.Context(), c)
 	if errors.Is(err, berth.ErrRevoked) {
 		s.writeError(w, r, berth.Errorf(berth.EForbidden, "agent %q was revoked by an admin; admit the host under a new agent id", req.AgentID))
 		return
@@ -53,6 +59,26 @@ func (s *Server) joinAgent(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("agent joined", "agent", req.AgentID)
 	httpjson.WriteJSON(w, http.StatusCreated, map[string]any{"agent_id": req.AgentID, "credential": secret, "created_at": c.CreatedAt})
+}
+
+// joinSlot takes one of the Config.MaxJoins slots for a join, waiting at most
+// Config.JoinWait (and no longer than ctx). A join that gets none is refused with 503
+// unavailable, retryable, before it reaches the store: a short queue keeps every join that
+// runs well inside its agent's deadline, where a long one let each wait out its deadline and
+// be cancelled mid-transaction. Errors: unavailable, or ctx's.
+func (s *Server) joinSlot(ctx context.Context) (release func(), err error) {
+	t := time.NewTimer(s.cfg.JoinWait)
+	defer t.Stop()
+	select {
+	case s.joinSlots <- struct{}{}:
+		return func() { <-s.joinSlots }, nil
+	case <-t.C:
+		e := berth.Errorf(berth.EUnavailable, "%d agents are joining through this replica at once, the most it runs (more would wait out their deadlines on the store); join again", s.cfg.MaxJoins)
+		e.RetryAfter = time.Second
+		return nil, e
+	case <-ctx.Done():
+		return nil, berth.Wrap(berth.EUnavailable, ctx.Err(), "the join ended while it waited for a slot")
+	}
 }
 
 // agentCredential resolves the request's bearer as a live agent credential (TRUST-1).

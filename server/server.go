@@ -132,6 +132,20 @@ type Config struct {
 	// ends, so the bound is on memory held, not on rate; over it: 429 rate_limited, retry
 	// after 1 s (docs/DECISIONS.md "Execs in flight"). DefaultConfig: 64; 0 = no bound.
 	TenantExecMiB int64
+	// ExecInflightMiB bounds the exec requests this replica holds at once for everyone, MiB
+	// (counted as TenantExecMiB is); over it: 429 rate_limited. DefaultConfig: 256; 0 = no
+	// bound.
+	ExecInflightMiB int64
+	// MaxJoins bounds the agent joins (POST /v1/agents/join) this replica runs at once, and
+	// JoinWait how long a join waits for one of those slots before it is refused with 503
+	// unavailable (the agent joins again at its next heartbeat). Without a bound, 10,000
+	// agents starting together queued thousands of joins on the store's few connections,
+	// every join's 10 s waited out in the queue and was cancelled mid-transaction, each
+	// cancel cost a connection, and 31 of 10,000 had joined after three minutes while the
+	// joined ones' heartbeats waited behind (docs/DECISIONS.md "A fleet that starts at
+	// once"). DefaultConfig: 8 and 1 s.
+	MaxJoins int
+	JoinWait time.Duration
 	// AgentTLS is the TLS configuration of calls to agents whose address is https:// (issue
 	// 15, point 2): its RootCAs is the CA that signed the agents' certificates (nil: the
 	// system's roots). RequireAgentTLS refuses heartbeats announcing an http:// address
@@ -175,6 +189,9 @@ func DefaultConfig() Config {
 		TenantRate:           100,
 		TenantBurst:          200,
 		TenantExecMiB:        64,
+		ExecInflightMiB:      256,
+		MaxJoins:             8,
+		JoinWait:             time.Second,
 	}
 }
 
@@ -188,6 +205,7 @@ type Server struct {
 	templates *templateCache
 	quotas    *ttlCache[berth.Quota] // per tenant, a few seconds (ADM-11)
 	limits    *tenantLimits          // per-tenant request rate (nil: none)
+	joinSlots chan struct{}          // agent joins running at once (Config.MaxJoins)
 	execs     *inflight.Bytes        // exec request bytes in flight per tenant (Config.TenantExecMiB)
 	metrics   *metrics
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
@@ -255,11 +273,12 @@ func New(cfg Config, st berth.Store) *Server {
 		quotas:         &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
 		heartbeatCreds: &ttlCache[string]{ttl: heartbeatCredTTL, max: 1 << 16},
 		limits:         newTenantLimits(cfg.TenantRate, cfg.TenantBurst, time.Now),
-		execs:          inflight.New(0),
+		execs:          inflight.New(min(cfg.ExecInflightMiB, 1<<30) << 20),
 		metrics:        m,
 		retained:       newRetentionCounter(cfg.Registry),
 		log:            cfg.Logger,
 		appKick:        make(chan struct{}, 1),
+		joinSlots:      make(chan struct{}, cfg.MaxJoins),
 		stopRounds:     make(chan struct{}, maxStopRounds),
 		appWatchers:    map[string]chan struct{}{},
 		appTransport:   newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
@@ -292,6 +311,8 @@ func (cfg Config) withDefaults() Config {
 	cfg.ReservationTTL = conf.Or(cfg.ReservationTTL, def.ReservationTTL)
 	cfg.SweepInterval = conf.Or(cfg.SweepInterval, def.SweepInterval)
 	cfg.CacheTTL = conf.Or(cfg.CacheTTL, def.CacheTTL)
+	cfg.MaxJoins = conf.Or(cfg.MaxJoins, def.MaxJoins)
+	cfg.JoinWait = conf.Or(cfg.JoinWait, def.JoinWait)
 	cfg.HeldSweepEvery = conf.Or(cfg.HeldSweepEvery, def.HeldSweepEvery)
 	cfg.MaxHostsPerCreate = conf.Or(cfg.MaxHostsPerCreate, def.MaxHostsPerCreate)
 	if cfg.Strategy == "" {

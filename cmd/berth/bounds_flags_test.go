@@ -21,7 +21,7 @@ func TestStartupRefusesNegativeBounds(t *testing.T) {
 		{"--tenant-rate", "-5"}, {"--tenant-burst", "-3"}, {"--max-conns", "-2"},
 		{"--idle-timeout", "-1s"}, {"--body-timeout", "-1s"}, {"--body-min-rate", "-1"}, {"--retention", "-1h"},
 		{"--app-wake-timeout", "-1s"}, {"--app-start-timeout", "-1s"},
-		{"--tenant-exec-mb", "-1"}, {"--tenant-exec-mb", "1048577"},
+		{"--tenant-exec-mb", "-1"}, {"--tenant-exec-mb", "1048577"}, {"--exec-inflight-mb", "-1"},
 	} {
 		for _, cmd := range []string{"server", "dev"} {
 			t.Run(cmd+strings.Join(flags, "="), func(t *testing.T) {

@@ -326,6 +326,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		acfg.VolumeDir = filepath.Join(data, "volumes", id) // beside, never under, the sandboxes' directory
 		acfg.EvictFloorMiB = cfg.EvictFloorMiB
 		acfg.WarmPool = cfg.WarmPool
+		acfg.ExecInflightMiB = agentExecInflight(cfg.Bounds.ExecInflightMiB)
 		acfg.SnapshotStore = snapshots
 		acfg.SnapshotDir = filepath.Join(data, "cache", id, "snapshots") // a cache: rebuildable (POOL-4)
 		acfg.ServerURL = s.URL

@@ -18,25 +18,36 @@ import (
 // heldStdin is an exec's stdin of ~900 KB: two fit under a 2 MiB bound, three do not.
 var heldStdin = strings.Repeat("a", 900_000)
 
-// heldBody is an exec request of cmd with heldStdin.
+// notUTF8Stdin is 400,000 bytes of 0xff, sent raw: a body of ~400 KB whose stdin decodes to
+// 1.2 MB (each byte to U+FFFD, three bytes), which the replica holds and forwards.
+var notUTF8Stdin = strings.Repeat("\xff", 400_000)
+
+// heldBody is an exec request of `sh -c cmd` with heldStdin.
 func heldBody(t *testing.T, cmd string) string {
+	return execBodyRaw(t, cmd, heldStdin)
+}
+
+// execBodyRaw is an exec request of `sh -c cmd` whose stdin is the bytes of stdin as they
+// are, unescaped: for ASCII letters the JSON a client sends, and for 0xff bytes a body that
+// is not UTF-8, which the API takes (each such byte becomes U+FFFD).
+func execBodyRaw(t *testing.T, cmd, stdin string) string {
 	t.Helper()
-	b, err := json.Marshal(berth.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Stdin: heldStdin})
+	b, err := json.Marshal(berth.ExecRequest{Cmd: []string{"sh", "-c", cmd}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return strings.TrimSuffix(string(b), "}") + `,"stdin":"` + stdin + `"}`
 }
 
-// holdExecs starts n execs in sandbox id with key, each with heldStdin, that run until
+// holdExecs starts n execs in sandbox id with key, each with stdin (raw), that run until
 // /tmp/go exists in the sandbox, and returns once each has started (its marker file is
 // there) — so each is in flight at the replica and the agent. The returned function writes
 // /tmp/go and checks that each held exec then ends with 200.
-func holdExecs(t *testing.T, st *devStack, key, id string, n int) (finish func()) {
+func holdExecs(t *testing.T, st *devStack, key, id string, n int, stdin string) (finish func()) {
 	t.Helper()
 	codes := make(chan string, n)
 	for i := range n {
-		body := heldBody(t, fmt.Sprintf("touch /tmp/started-%d; while [ ! -e /tmp/go ]; do sleep 0.05; done", i))
+		body := execBodyRaw(t, fmt.Sprintf("touch /tmp/started-%d; while [ ! -e /tmp/go ]; do sleep 0.05; done", i), stdin)
 		go func() { codes <- postExec(st, key, id, body) }()
 	}
 	c := client.New(st.URL, key)
@@ -108,11 +119,11 @@ func tenantWithSandbox(t *testing.T, st *devStack, name string, memMiB int64) (k
 	return k.Key, sb.ID
 }
 
-// checkExecRefused posts a large exec and wants 429 rate_limited, retryable, with a
-// Retry-After and a message holding want.
-func checkExecRefused(t *testing.T, st *devStack, key, id, want string) {
+// checkExecRefused posts an exec of `true` with stdin (raw) and wants 429 rate_limited,
+// retryable, with a Retry-After and a message holding want.
+func checkExecRefused(t *testing.T, st *devStack, key, id, stdin, want string) {
 	t.Helper()
-	code, h, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", heldBody(t, "true"))
+	code, h, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", execBodyRaw(t, "true", stdin))
 	var eb berth.ErrorBody
 	_ = json.Unmarshal(b, &eb)
 	if code != 429 || eb.Error.Code != berth.ERateLimited || !eb.Error.Retryable || h.Get("Retry-After") != "1" || !strings.Contains(eb.Error.Message, want) {
@@ -129,8 +140,8 @@ func checkExecRefused(t *testing.T, st *devStack, key, id, want string) {
 func TestExecsInFlightBoundedPerTenant(t *testing.T) {
 	st := bootDev(t, func(c *devConfig) { c.Bounds.TenantExecMiB = 2 })
 	key, id := tenantWithSandbox(t, st, "burst", 0)
-	finish := holdExecs(t, st, key, id, 2)
-	checkExecRefused(t, st, key, id, "--tenant-exec-mb 2")
+	finish := holdExecs(t, st, key, id, 2, heldStdin)
+	checkExecRefused(t, st, key, id, heldStdin, `this one needs 878 KiB, over --tenant-exec-mb 2`)
 	small, _ := json.Marshal(berth.ExecRequest{Cmd: []string{"true"}})
 	if code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", string(small)); code != 200 {
 		t.Errorf("a small exec beside the two held: %d %s, want 200 (the bound is bytes held, not a count)", code, b)
@@ -143,6 +154,32 @@ func TestExecsInFlightBoundedPerTenant(t *testing.T) {
 	if code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", heldBody(t, "true")); code != 200 {
 		t.Errorf("a large exec after the held ones ended: %d %.300s, want 200", code, b)
 	}
+}
+
+// TestExecsInFlightCountWhatTheReplicaHolds: the replica counts what it holds of an exec, not
+// only its body (found by an attack: 64 execs of 1 MB of 0xff, each decoded to 3 MB, took a
+// replica from 37 to 907 MB within a 64 MiB bound). Two execs of 400 KB of 0xff hold 2.4 MB
+// once decoded — over a 2 MiB bound that their bodies alone (800 KB) would fit. And the
+// replica's bound in all (--exec-inflight-mb) holds across tenants.
+func TestExecsInFlightCountWhatTheReplicaHolds(t *testing.T) {
+	t.Run("decoded", func(t *testing.T) {
+		st := bootDev(t, func(c *devConfig) { c.Bounds.TenantExecMiB = 2 })
+		key, id := tenantWithSandbox(t, st, "wide", 0)
+		finish := holdExecs(t, st, key, id, 1, notUTF8Stdin)
+		checkExecRefused(t, st, key, id, notUTF8Stdin, "over --tenant-exec-mb 2")
+		finish()
+	})
+	t.Run("in all", func(t *testing.T) {
+		st := bootDev(t, func(c *devConfig) {
+			c.Bounds.TenantExecMiB, c.Bounds.ExecInflightMiB = 0, 2
+			c.agentHook = func(_ int, a *agent.Config) { a.ExecInflightMiB = -1 } // the replica's is the one met
+		})
+		key, id := tenantWithSandbox(t, st, "one", 0)
+		finish := holdExecs(t, st, key, id, 2, heldStdin)
+		otherKey, otherID := tenantWithSandbox(t, st, "two", 0)
+		checkExecRefused(t, st, otherKey, otherID, heldStdin, "this replica holds as many exec requests as it takes at once (--exec-inflight-mb 2)")
+		finish()
+	})
 }
 
 // TestExecsInFlightBoundedPerAgent: the agent bounds the exec requests it holds — in all
@@ -159,8 +196,8 @@ func TestExecsInFlightBoundedPerAgent(t *testing.T) {
 		held     int   // ~900 KB execs that fit
 		want     string
 	}{
-		{"in all", 2, 0, 2, "(--exec-inflight-mb 2)"},
-		{"per sandbox", 0, 64, 4, "(at most 1/16 of its 64 MiB)"},
+		{"in all", 2, 0, 2, "agent dev-agent-1 holds as many exec requests as it takes at once (--exec-inflight-mb 2)"},
+		{"per sandbox", 0, 64, 4, "over the 1/16 of its 64 MiB its host takes for it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := bootDev(t, func(c *devConfig) {
@@ -168,8 +205,8 @@ func TestExecsInFlightBoundedPerAgent(t *testing.T) {
 				c.agentHook = func(_ int, a *agent.Config) { a.ExecInflightMiB = tc.agentMiB }
 			})
 			key, id := tenantWithSandbox(t, st, "burst", tc.sbMiB)
-			finish := holdExecs(t, st, key, id, tc.held)
-			checkExecRefused(t, st, key, id, tc.want)
+			finish := holdExecs(t, st, key, id, tc.held, heldStdin)
+			checkExecRefused(t, st, key, id, heldStdin, tc.want)
 			finish()
 			if code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", heldBody(t, "true")); code != 200 {
 				t.Errorf("a large exec after the held ones ended: %d %.300s, want 200", code, b)

@@ -138,11 +138,14 @@ type serverBounds struct {
 	TenantRate    float64
 	TenantBurst   int
 	TenantExecMiB int64
+	// ExecInflightMiB is the replica's bound on exec requests in flight for everyone; `berth
+	// dev` gives its agents the same (each agent's own in `berth agent`).
+	ExecInflightMiB int64
 }
 
 func defaultServerBounds() serverBounds {
 	d := server.DefaultConfig()
-	return serverBounds{Limits: httpbound.DefaultLimits(), TenantRate: d.TenantRate, TenantBurst: d.TenantBurst, TenantExecMiB: d.TenantExecMiB}
+	return serverBounds{Limits: httpbound.DefaultLimits(), TenantRate: d.TenantRate, TenantBurst: d.TenantBurst, TenantExecMiB: d.TenantExecMiB, ExecInflightMiB: d.ExecInflightMiB}
 }
 
 func (b *serverBounds) register(f *pflag.FlagSet) {
@@ -153,6 +156,7 @@ func (b *serverBounds) register(f *pflag.FlagSet) {
 	f.Float64Var(&b.TenantRate, "tenant-rate", b.TenantRate, "requests per second each tenant's keys may make (token bucket; 0: no limit); over it: 429 rate_limited with Retry-After")
 	f.IntVar(&b.TenantBurst, "tenant-burst", b.TenantBurst, "requests a tenant may make at once above --tenant-rate (0 counts as 1)")
 	f.Int64Var(&b.TenantExecMiB, "tenant-exec-mb", b.TenantExecMiB, "MiB of exec requests each tenant may have in flight on this replica (an exec holds its stdin until its command ends; 0: no bound); over it: 429 rate_limited")
+	f.Int64Var(&b.ExecInflightMiB, "exec-inflight-mb", b.ExecInflightMiB, "MiB of exec requests this replica holds at once for everyone (berth dev: each of its agents too; 0: no bound); over it: 429 rate_limited")
 }
 
 // maxExecInflightMiB is the largest --tenant-exec-mb and --exec-inflight-mb taken, MiB (1 TiB).
@@ -161,6 +165,16 @@ const maxExecInflightMiB = 1 << 20
 // server copies the bounds a server.Config carries into cfg.
 func (b serverBounds) server(cfg *server.Config) {
 	cfg.TenantRate, cfg.TenantBurst, cfg.TenantExecMiB = b.TenantRate, b.TenantBurst, b.TenantExecMiB
+	cfg.ExecInflightMiB = b.ExecInflightMiB
+}
+
+// agentExecInflight is agent.Config.ExecInflightMiB for a flag's MiB, where the flag's 0
+// means no bound and the config's 0 means its default.
+func agentExecInflight(flagMiB int64) int64 {
+	if flagMiB == 0 {
+		return -1
+	}
+	return flagMiB
 }
 
 // check refuses bounds no listener can serve under (invalid_request, exit 2), before
@@ -173,6 +187,8 @@ func (b serverBounds) check() error {
 		return berth.Errorf(berth.EInvalidRequest, "--tenant-rate and --tenant-burst must be 0 (no limit; a burst of 1) or positive, not %v and %d", b.TenantRate, b.TenantBurst)
 	case b.TenantExecMiB < 0 || b.TenantExecMiB > maxExecInflightMiB:
 		return berth.Errorf(berth.EInvalidRequest, "--tenant-exec-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, b.TenantExecMiB)
+	case b.ExecInflightMiB < 0 || b.ExecInflightMiB > maxExecInflightMiB:
+		return berth.Errorf(berth.EInvalidRequest, "--exec-inflight-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, b.ExecInflightMiB)
 	case l.MaxConns < -1:
 		return berth.Errorf(berth.EInvalidRequest, "--max-conns must be -1 (no cap), 0 (the default) or positive, not %d", l.MaxConns)
 	case l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.BodyMinRate < 0:
@@ -217,12 +233,10 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
-			switch {
-			case cfg.ExecInflightMiB < 0 || cfg.ExecInflightMiB > maxExecInflightMiB:
-				return berth.Errorf(berth.EInvalidRequest, "--exec-inflight-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, cfg.ExecInflightMiB)
-			case cfg.ExecInflightMiB == 0:
-				cfg.ExecInflightMiB = -1 // agent.Config: negative is no bound, 0 its default
+			if err := (serverBounds{ExecInflightMiB: cfg.ExecInflightMiB}).check(); err != nil {
+				return err // the same range as the server's --exec-inflight-mb
 			}
+			cfg.ExecInflightMiB = agentExecInflight(cfg.ExecInflightMiB)
 			if cfg.NodeToken == "" || cfg.ServerURL == "" {
 				return berth.Errorf(berth.EInvalidRequest, "set --server and BERTH_NODE_TOKEN")
 			}
