@@ -48,8 +48,8 @@ func postJoin(baseURL, id string) (int, http.Header, string) {
 // once; one more waits Config.JoinWait for a slot and is then refused with 503 unavailable
 // and a Retry-After, before it reaches the store — so a fleet starting at once cannot queue
 // thousands of joins on the store's connections until every one waits out its agent's
-// deadline (10,000 bench agents: 31 joined in three minutes without the bound). Once the slot
-// is free, joins go through.
+// deadline (10,000 bench agents: 2,003 joined in 200 s without the bound, none of them live).
+// Once the slot is free, joins go through.
 func TestJoinsBeyondTheSlotsAreRefusedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, ":memory:")

@@ -172,6 +172,12 @@ func DecodeBinary(w http.ResponseWriter, r *http.Request, limit int64, v any) er
 		return decodeError(err, limit, v)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			// The object ended inside the limit but the body goes on past it (whitespace
+			// padding, found by an attack): too large, as any body over the limit is.
+			return berth.Errorf(berth.ETooLarge, "body larger than %d bytes", limit)
+		}
 		return berth.Errorf(berth.EInvalidRequest, "body must hold exactly one JSON object")
 	}
 	return nil

@@ -81,6 +81,9 @@ func TestDecode(t *testing.T) {
 		{`{"a":1} {"a":2}`, berth.EInvalidRequest},
 		{`{"a":1e400}`, berth.EInvalidRequest},
 		{`{"a":` + strings.Repeat("1", 100) + `}`, berth.ETooLarge},
+		{`{"a":1}` + strings.Repeat(" ", 100), berth.ETooLarge}, // padded past the limit
+		{`{"a":1}` + strings.Repeat(" ", 40), ""},               // padded within it
+		{`{"a":1}` + strings.Repeat(" ", 40) + "x", berth.EInvalidRequest},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(tc.in))
 		var v body

@@ -1,9 +1,10 @@
 // Package inflight bounds the bytes of requests a process holds while they run: per key (a
-// tenant, a sandbox) and in all. An exec holds its request — the caller's stdin, decoded and re-encoded —
-// for as long as its command runs (up to an hour), so without a bound a tenant's burst of
-// long execs with large stdin pins memory in the replica and the agent until the host runs
-// out (measured: 150 concurrent execs of 900 KB stdin took `berth dev` from 37 MB to 522 MB
-// of RSS; docs/DECISIONS.md "Execs in flight"). A Bytes is safe for concurrent use.
+// tenant, a sandbox) and in all. An exec holds its request — the caller's stdin, decoded and
+// re-encoded — for as long as its command runs (up to an hour), so without a bound a
+// tenant's burst of long execs with large stdin pins memory in the replica and the agent
+// until the host runs out (measured: 150 concurrent execs of 900 KB stdin took `berth dev`
+// from 37 MB to 522 MB of RSS; docs/DECISIONS.md "Execs in flight"). A Bytes is safe for
+// concurrent use.
 package inflight
 
 import "sync"
