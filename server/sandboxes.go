@@ -400,17 +400,9 @@ func (s *Server) runningOn(ctx context.Context, p principal, id string) (berth.S
 }
 
 func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal) error {
-	hold := s.holdExec(p, r.ContentLength)
-	defer hold.release()
-	if err := hold.err; err != nil {
-		return err
-	}
 	var req berth.ExecRequest
 	// DecodeBinary: stdin may be binary, and it is never stored.
 	if err := httpjson.DecodeBinary(w, r, maxJSONBytes, &req); err != nil {
-		return err
-	}
-	if err := hold.grow(execDecodedBytes(req)); err != nil {
 		return err
 	}
 	switch {
@@ -433,6 +425,11 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
+	release, err := s.holdExec(p, max(r.ContentLength, execDecodedBytes(req)))
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(req.TimeoutS+10)*time.Second)
 	defer cancel()
 	res, err := s.agents.exec(ctx, addr, sb.ID, req)
@@ -443,78 +440,44 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal
 	return nil
 }
 
-// execHold is what one exec holds of the exec bounds on this replica until release: its
-// principal's (Config.TenantExecMiB) and the replica's in all (Config.ExecInflightMiB).
-type execHold struct {
-	s        *Server
-	key, who string
-	held     int64
-	unknown  bool // the body had no Content-Length: counted as the most a body may be
-	releases []func()
-	err      error
-}
-
-// holdExec counts an exec's body of contentLength bytes (-1: unknown, counted as the most a
-// body may be) before it is read. hold.err is set, and nothing held, when it is over a bound:
-// rate_limited (429), retry after 1 s — an exec ending frees its room, which no estimate
-// foresees. The admin key is bounded as one more principal: the bound is on memory held.
-func (s *Server) holdExec(p principal, contentLength int64) *execHold {
-	h := &execHold{s: s, key: "tenant/" + p.Tenant, who: fmt.Sprintf("tenant %q", p.Tenant)}
+// holdExec counts n bytes of an exec against its principal's execs in flight on this replica
+// (Config.TenantExecMiB) and everyone's (Config.ExecInflightMiB) until release. It runs once
+// the body is read and the sandbox found running and the caller's, so only an exec that is
+// about to run holds anything: a hold taken from the Content-Length before the body arrived
+// let four tenants fill the replica's bound with headers alone, for sandboxes they did not
+// have (found by an attack). Over a bound: rate_limited (429), retry after 1 s — an exec
+// ending frees its room, which no estimate foresees. The admin key is bounded as one more
+// principal: the bound is on memory held, not on trust.
+func (s *Server) holdExec(p principal, n int64) (release func(), err error) {
+	key, who := "tenant/"+p.Tenant, fmt.Sprintf("tenant %q", p.Tenant)
 	if p.admin() {
-		h.key, h.who = "admin", "the admin key"
+		key, who = "admin", "the admin key"
 	}
-	n := contentLength
-	if n < 0 || n > maxJSONBytes {
-		h.unknown = n < 0
-		n = maxJSONBytes
+	release, ok := s.execs.Take(key, n, min(s.cfg.TenantExecMiB, 1<<30)<<20)
+	if ok {
+		return release, nil
 	}
-	h.err = h.grow(n)
-	return h
+	mine, _ := s.execs.Held(key)
+	msg := fmt.Sprintf("this replica holds as many exec requests as it takes at once (--exec-inflight-mb %d)", s.cfg.ExecInflightMiB)
+	if limit := s.cfg.TenantExecMiB << 20; limit > 0 && mine+n > limit {
+		msg = fmt.Sprintf("%s has %d KiB of exec requests in flight on this replica and this one needs %d KiB, over --tenant-exec-mb %d",
+			who, mine>>10, n>>10, s.cfg.TenantExecMiB)
+	}
+	e := berth.Errorf(berth.ERateLimited, "%s; retry when one ends", msg)
+	e.RetryAfter = time.Second
+	return nil, e
 }
 
 // execDecodedBytes is what a decoded exec request holds: its stdin and arguments. It can be
 // three times its body: each byte of stdin that is not UTF-8 decodes to U+FFFD, three bytes,
 // and the replica forwards the decoded form (found by an attack: 64 execs of 1 MB of 0xff
-// took a replica from 37 to 907 MB while the bound counted 64 MiB).
+// took a replica from 37 to 907 MB while the bound counted 64 MiB of bodies).
 func execDecodedBytes(req berth.ExecRequest) int64 {
 	n := int64(len(req.Stdin))
 	for _, a := range req.Cmd {
 		n += int64(len(a))
 	}
 	return n
-}
-
-// grow makes the hold at least n bytes; over a bound it returns rate_limited and holds what it
-// held.
-func (h *execHold) grow(n int64) error {
-	if n <= h.held {
-		return nil
-	}
-	release, ok := h.s.execs.Take(h.key, n-h.held, min(h.s.cfg.TenantExecMiB, 1<<30)<<20)
-	if ok {
-		h.releases = append(h.releases, release)
-		h.held = n
-		return nil
-	}
-	mine, _ := h.s.execs.Held(h.key)
-	msg := fmt.Sprintf("this replica holds as many exec requests as it takes at once (--exec-inflight-mb %d)", h.s.cfg.ExecInflightMiB)
-	if limit := h.s.cfg.TenantExecMiB << 20; limit > 0 && mine+n-h.held > limit {
-		msg = fmt.Sprintf("%s has %d KiB of exec requests in flight on this replica and this one needs %d KiB, over --tenant-exec-mb %d",
-			h.who, (mine-h.held)>>10, n>>10, h.s.cfg.TenantExecMiB)
-		if h.unknown {
-			msg += " (a body without a Content-Length counts as the most it may be, 1 MiB)"
-		}
-	}
-	e := berth.Errorf(berth.ERateLimited, "%s; retry when one ends", msg)
-	e.RetryAfter = time.Second
-	return e
-}
-
-// release gives back everything the hold took.
-func (h *execHold) release() {
-	for _, r := range h.releases {
-		r()
-	}
 }
 
 // filePath validates ?path=: absolute, clean, no NUL, at most 4096 bytes.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -212,5 +213,32 @@ func TestExecsInFlightBoundedPerAgent(t *testing.T) {
 				t.Errorf("a large exec after the held ones ended: %d %.300s, want 200", code, b)
 			}
 		})
+	}
+}
+
+// TestExecHoldsOnlyWhatRuns: the replica takes an exec's hold once its body is read and its
+// sandbox found — found by an attack, the hold was taken from the Content-Length at once, so
+// headers alone, for a sandbox that does not exist, filled the replica's bound and refused
+// everyone's execs until the body timeout; and a request alone always fits a bound, even one
+// whose decoded size is past it (the hold was taken in two steps, the second refused by the
+// first).
+func TestExecHoldsOnlyWhatRuns(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) { c.Bounds.TenantExecMiB, c.Bounds.ExecInflightMiB = 1, 2 })
+	key, id := tenantWithSandbox(t, st, "mine", 0)
+	u := strings.TrimPrefix(st.URL, "http://")
+	for i := range 3 { // 3 MiB of headers, over the replica's 2, for a sandbox nobody has
+		c, err := net.Dial("tcp", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /v1/sandboxes/sb-nope-%d/exec HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 1048576\r\n\r\n", i, u, st.AdminKey)
+	}
+	// A body whose stdin decodes to 1.2 MB, alone, over the tenant's 1 MiB: it runs.
+	body := `{"cmd":["wc","-c"],"stdin":"` + notUTF8Stdin + `"}`
+	code, _, b := rawPost(t, st, key, "/v1/sandboxes/"+id+"/exec", body)
+	var res berth.ExecResult
+	if code != 200 || json.Unmarshal(b, &res) != nil || strings.TrimSpace(res.Stdout) != "1200000" {
+		t.Fatalf("an exec beside three header-only requests, alone over its tenant's bound: %d %.300s; want 200 and wc -c = 1200000", code, b)
 	}
 }

@@ -45,13 +45,34 @@ func (c *Client) call(ctx context.Context, req wireRequest, keep bool) (wireResp
 	}
 	if resp.Code != "" {
 		conn.Close()
-		return resp, nil, nil, &berth.Error{Code: resp.Code, Message: resp.Message}
+		return resp, nil, nil, initError(resp)
 	}
 	if !keep {
 		conn.Close()
 		return resp, nil, nil, nil
 	}
 	return resp, conn, br, nil
+}
+
+// initCodes are the codes an init answers with (errResponse and the ops of this package).
+// The init runs inside the sandbox, where the guest can stand in for it (its socket is the
+// guest's to move), so no other code is taken from it: a guest answering rate_limited after
+// its command ran made the SDKs, which resend any call refused with rate_limited, run the
+// command again on every retry (found by an attack).
+var initCodes = map[string]bool{
+	berth.EInvalidRequest: true, berth.ENotFound: true, berth.EForbidden: true, berth.ETooLarge: true,
+	berth.EConflict: true, berth.EServiceRunning: true, berth.EServiceExited: true, berth.EUpstream: true,
+	berth.EInternal: true,
+}
+
+// initError is the error of an init's answer with a code. A code the init never sends is
+// reported as an internal failure of the init, with what it said, so the agent answers it as
+// a sandbox whose init misbehaves (conflict), never as a refusal of Berth's own.
+func initError(resp wireResponse) error {
+	if initCodes[resp.Code] {
+		return &berth.Error{Code: resp.Code, Message: resp.Message}
+	}
+	return berth.Errorf(berth.EInternal, "the sandbox's init answered code %q, which it never sends: %s", resp.Code, resp.Message)
 }
 
 // transportErr explains a transport failure: the caller's context ending wins, then the
@@ -115,7 +136,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader) error 
 		}
 		// The init may have refused part-way (a full disk): its answer says why.
 		if resp, rerr := readResponse(br, opWrite); rerr == nil && resp.Code != "" {
-			return &berth.Error{Code: resp.Code, Message: resp.Message}
+			return initError(resp)
 		}
 		return c.transportErr(ctx, opWrite, err)
 	}
@@ -124,7 +145,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader) error 
 		return c.transportErr(ctx, opWrite, err)
 	}
 	if resp.Code != "" {
-		return &berth.Error{Code: resp.Code, Message: resp.Message}
+		return initError(resp)
 	}
 	return nil
 }

@@ -2,9 +2,13 @@ package sbinit
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/berth-dev/berth"
 )
 
 // TestRoundTripHeaderNotHTMLEscaped: an exec's stdin of '<' crosses the wire to the init as
@@ -27,5 +31,36 @@ func TestRoundTripHeaderNotHTMLEscaped(t *testing.T) {
 	line := <-got
 	if !strings.Contains(line, stdin) || strings.Contains(line, `\u003c`) || len(line) > len(stdin)+200 {
 		t.Fatalf("header of %d bytes for %d bytes of stdin, escaped: %v; want the stdin as it is", len(line), len(stdin), strings.Contains(line, `\u003c`))
+	}
+}
+
+// TestInitCannotAnswerBerthsRefusals: the init runs inside the sandbox, where the guest can
+// stand in for it, so a code it never sends — rate_limited, which the SDKs retry for any call
+// because the server sends it before doing anything — reaches the agent as an internal fault
+// of the init, never as itself (found by an attack: a guest answering rate_limited after its
+// command ran had the CLI run it eight times). Codes the init does send pass through.
+func TestInitCannotAnswerBerthsRefusals(t *testing.T) {
+	for _, tc := range []struct{ sent, want string }{
+		{berth.ERateLimited, berth.EInternal},
+		{berth.EUnavailable, berth.EInternal},
+		{berth.ENoCapacity, berth.EInternal},
+		{berth.EUnauthorized, berth.EInternal},
+		{berth.EInvalidRequest, berth.EInvalidRequest},
+		{berth.EForbidden, berth.EForbidden},
+		{berth.EServiceExited, berth.EServiceExited},
+	} {
+		c := &Client{Label: "test", Dial: func(context.Context) (net.Conn, error) {
+			ours, theirs := net.Pipe()
+			go func() {
+				defer theirs.Close()
+				bufio.NewReader(theirs).ReadString('\n')
+				fmt.Fprintf(theirs, `{"code":%q,"message":"from the guest"}`+"\n", tc.sent)
+			}()
+			return ours, nil
+		}}
+		_, err := c.Exec(context.Background(), berth.ExecRequest{Cmd: []string{"true"}})
+		if got := berth.ErrorCode(err); got != tc.want {
+			t.Errorf("init answered %q: the agent sees %v (code %q), want %q", tc.sent, err, got, tc.want)
+		}
 	}
 }
