@@ -453,13 +453,14 @@ func (s *Server) holdExec(p principal, n int64) (release func(), err error) {
 	if p.admin() {
 		key, who = "admin", "the admin key"
 	}
-	release, ok := s.execs.Take(key, n, min(s.cfg.TenantExecMiB, 1<<30)<<20)
+	limit := min(s.cfg.TenantExecMiB, 1<<30) << 20
+	release, ok := s.execs.Take(key, n, limit)
 	if ok {
 		return release, nil
 	}
 	mine, _ := s.execs.Held(key)
 	msg := fmt.Sprintf("this replica holds as many exec requests as it takes at once (--exec-inflight-mb %d)", s.cfg.ExecInflightMiB)
-	if limit := s.cfg.TenantExecMiB << 20; limit > 0 && mine+n > limit {
+	if limit > 0 && mine+n > limit {
 		msg = fmt.Sprintf("%s has %d KiB of exec requests in flight on this replica and this one needs %d KiB, over --tenant-exec-mb %d",
 			who, mine>>10, n>>10, s.cfg.TenantExecMiB)
 	}
