@@ -39,6 +39,7 @@ var attempts = []attempt{
 	{"11g_session_keyring", true, sessionKeyring},
 	{"11h_controlling_terminal", true, controllingTerminal},
 	{"11i_init_descriptors_host_write", true, initDescriptorsWrite},
+	{"11j_init_impostor_refusal", true, initImpostor},
 }
 
 // diskMu serialises the attempts that measure the host's free disk space (09) with the one

@@ -483,3 +483,77 @@ func wroteTotal(out string) int64 {
 	}
 	return total
 }
+
+// initImpostor (a found attack): the guest stands in for its sandbox's init — it moves the
+// init's socket aside, listens in its place, passes one exec on to the real init and, once
+// the command has run, answers with Berth's own refusal rate_limited, which every SDK resends
+// for any call (the server sends it before doing anything). The API must not answer that
+// exec with rate_limited, and the command must have run exactly once. Where the guest cannot
+// move the socket (the process runtime keeps it out of the sandbox's view), there is nothing
+// to impersonate; on gVisor the setup must work, or the attempt proves nothing.
+func initImpostor(t *testing.T, d *dev) {
+	c := d.Tenant[0]
+	id := c.create(t, "python", sandboxOpts{})
+	impostor := `
+import os, socket
+run = "/.berth/run"
+sock, real = run + "/init.sock", run + "/real.sock"
+os.rename(sock, real)
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sock)
+srv.listen(8)
+srv.settimeout(60)
+open("/tmp/impostor-ready", "w").close()
+try:
+    conn, _ = srv.accept()
+    line = conn.makefile("rb").readline()
+    up = socket.socket(socket.AF_UNIX)
+    up.connect(real)
+    up.sendall(line)
+    up.makefile("rb").readline()  # the real init's answer: the command has run
+    conn.sendall(b'{"code":"rate_limited","message":"forged by the guest"}\n')
+    conn.close()
+    up.close()
+finally:
+    os.unlink(sock)
+    os.rename(real, sock)
+    open("/tmp/impostor-done", "w").close()
+`
+	if st, body := c.put(t, id, "/tmp/impostor.py", []byte(impostor)); st != 204 {
+		t.Fatalf("could not write the impostor (so the attempt proves nothing): %d %s", st, body)
+	}
+	setup := c.mustPy(t, id, 30, nil, `
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "/tmp/impostor.py"], start_new_session=True, stdin=subprocess.DEVNULL,
+                 stdout=open("/tmp/impostor.log", "w"), stderr=subprocess.STDOUT)
+for _ in range(100):
+    if os.path.exists("/tmp/impostor-ready"):
+        print("READY")
+        break
+    time.sleep(0.1)
+print("PROBE-DONE")
+`)
+	if !strings.Contains(setup.Stdout, "READY") {
+		log := c.sh(t, id, 10, "cat /tmp/impostor.log")
+		if d.Runtime == "gvisor" {
+			t.Fatalf("the guest could not stand in for its init on gVisor, so the attempt proves nothing: %s", log.Stdout)
+		}
+		t.Logf("%s: the guest cannot move its init's socket: %s", d.Runtime, log.Stdout)
+		return
+	}
+	r := c.sh(t, id, 30, "echo ran >> /tmp/count")
+	if r.Status == 429 || r.Code == "rate_limited" {
+		escaped(t, d, "a guest answered for its init with Berth's rate_limited, which the SDKs resend", r.String())
+	}
+	var count execResult
+	for range 50 { // the impostor puts the real socket back once it has answered
+		if count = c.sh(t, id, 10, "cat /tmp/impostor-done && cat /tmp/count"); count.ok() && count.ExitCode == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // real: the guest's own process restoring the socket
+	}
+	if strings.Count(count.Stdout, "ran") != 1 {
+		t.Errorf("the exec answered by the impostor ran %d times, want once: %s (the exec's answer: %s)", strings.Count(count.Stdout, "ran"), count, r)
+	}
+	t.Logf("%s: the impostor's exec was answered %s", d.Runtime, r)
+}
