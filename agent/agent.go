@@ -238,7 +238,7 @@ type Agent struct {
 	credMu sync.Mutex     // guards cred
 	cred   *client.Client // speaks as this agent (TRUST-1); nil until joined
 	bootID string
-	starts chan struct{}
+	starts inflight.Slots // starts running at once (Config.MaxStarts, ADM-10)
 	// execs counts the exec request bytes in flight (Config.ExecInflightMiB).
 	execs *inflight.Bytes
 
@@ -351,8 +351,8 @@ func New(cfg Config, rt Runtime) (*Agent, error) {
 		warm:   newWarmState(),
 		log:    cfg.Logger.With("agent", cfg.ID),
 		bootID: randomID(),
-		starts: make(chan struct{}, cfg.MaxStarts),
-		execs:  inflight.New(min(cfg.ExecInflightMiB, 1<<30) << 20),
+		starts: inflight.NewSlots(cfg.MaxStarts),
+		execs:  inflight.New(inflight.MiB(cfg.ExecInflightMiB)),
 		guests: map[string]*guest{},
 		kick:   make(chan struct{}, 1),
 		gate:   cfg.Pressure,

@@ -209,7 +209,7 @@ func (a *Agent) holdExec(r *http.Request, id string) (release func(), err error)
 	}
 	// The message names what the caller's own sandbox holds, never what the host holds for
 	// other tenants (found by an attack: a byte count of everyone's execs is a side channel).
-	mine, _ := a.execs.Held(id)
+	mine := a.execs.Held(id)
 	msg := fmt.Sprintf("agent %s holds as many exec requests as it takes at once (--exec-inflight-mb %d)", a.cfg.ID, a.cfg.ExecInflightMiB)
 	if mine+n > perSandbox {
 		msg = fmt.Sprintf("sandbox %s has %d KiB of exec requests in flight and this one needs %d KiB, over the 1/%d of its %d MiB its host takes for it",

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/admission"
 	"github.com/berth-dev/berth/evacuate"
+	"github.com/berth-dev/berth/internal/inflight"
 	"github.com/berth-dev/berth/preempt"
 )
 
@@ -53,17 +55,15 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		return nil
 	}
 
-	slot := time.NewTimer(a.cfg.StartSlotWait)
-	defer slot.Stop()
-	select {
-	case a.starts <- struct{}{}:
-	case <-slot.C:
+	release, err := a.starts.Take(ctx, a.cfg.StartSlotWait)
+	switch {
+	case errors.Is(err, inflight.ErrNoSlot):
 		return &berth.Error{Code: berth.EHostStartsSaturated,
 			Message: fmt.Sprintf("agent %s: %d starts in flight", a.cfg.ID, a.cfg.MaxStarts)}
-	case <-ctx.Done():
-		return berth.Errorf(berth.EUnavailable, "create cancelled: %v", ctx.Err())
+	case err != nil:
+		return berth.Errorf(berth.EUnavailable, "create cancelled: %v", err)
 	}
-	defer func() { <-a.starts }()
+	defer release()
 
 	charge := admission.Charge(a.cfg.Admission, c.MemoryMiB, c.Stateful)
 	a.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
+	"github.com/berth-dev/berth/internal/inflight"
 )
 
 // joinRequest is the body of POST /v1/agents/join.
@@ -67,18 +68,16 @@ func (s *Server) joinAgent(w http.ResponseWriter, r *http.Request) {
 // runs well inside its agent's deadline, where a long one let each wait out its deadline and
 // be cancelled mid-transaction. Errors: unavailable, or ctx's.
 func (s *Server) joinSlot(ctx context.Context) (release func(), err error) {
-	t := time.NewTimer(s.cfg.JoinWait)
-	defer t.Stop()
-	select {
-	case s.joinSlots <- struct{}{}:
-		return func() { <-s.joinSlots }, nil
-	case <-t.C:
+	release, err = s.joinSlots.Take(ctx, s.cfg.JoinWait)
+	switch {
+	case errors.Is(err, inflight.ErrNoSlot):
 		e := berth.Errorf(berth.EUnavailable, "%d agents are joining through this replica at once, the most it runs (more would wait out their deadlines on the store); join again", s.cfg.MaxJoins)
 		e.RetryAfter = time.Second
 		return nil, e
-	case <-ctx.Done():
-		return nil, berth.Wrap(berth.EUnavailable, ctx.Err(), "the join ended while it waited for a slot")
+	case err != nil:
+		return nil, berth.Wrap(berth.EUnavailable, err, "the join ended while it waited for a slot")
 	}
+	return release, nil
 }
 
 // agentCredential resolves the request's bearer as a live agent credential (TRUST-1).

@@ -2,9 +2,11 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // joinAs joins agentID at POST /v1/agents/join with the test join token ("node-token") and
@@ -12,16 +14,25 @@ import (
 // or evacuation plan.
 func joinAs(t *testing.T, baseURL, agentID string) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, baseURL+"/v1/agents/join", strings.NewReader(`{"agent_id":"`+agentID+`"}`))
-	req.Header.Set("Authorization", "Bearer node-token")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("join %s: %v", agentID, err)
-	}
-	defer resp.Body.Close()
+	code, _, body := postJoin(baseURL, agentID)
 	var out struct{ Credential string }
-	if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&out) != nil || out.Credential == "" {
-		t.Fatalf("join %s: %d, want 201 with a credential", agentID, resp.StatusCode)
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &out) != nil || out.Credential == "" {
+		t.Fatalf("join %s: %d %s, want 201 with a credential", agentID, code, body)
 	}
 	return out.Credential
+}
+
+// postJoin posts a join for id with the test join token, bounded so that a join held up by
+// the server fails the test instead of hanging it, and returns the status, headers and body
+// (a transport error as status 0 and its text); it may run on any goroutine.
+func postJoin(baseURL, id string) (int, http.Header, string) {
+	req, _ := http.NewRequest(http.MethodPost, baseURL+"/v1/agents/join", strings.NewReader(`{"agent_id":"`+id+`"}`))
+	req.Header.Set("Authorization", "Bearer node-token")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return 0, nil, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
 }

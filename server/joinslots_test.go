@@ -3,16 +3,12 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/store/sqlite"
 )
 
 // heldJoins is a real SQLite store whose JoinAgent waits until release is closed, and says
@@ -30,20 +26,6 @@ func (h heldJoins) JoinAgent(ctx context.Context, c berth.AgentCredential) error
 	return h.Store.JoinAgent(ctx, c)
 }
 
-// postJoin posts a join for id with the test join token, bounded so that a join that waits
-// on the held store fails the test instead of hanging it, and returns the status and body.
-func postJoin(baseURL, id string) (int, http.Header, string) {
-	req, _ := http.NewRequest(http.MethodPost, baseURL+"/v1/agents/join", strings.NewReader(`{"agent_id":"`+id+`"}`))
-	req.Header.Set("Authorization", "Bearer node-token")
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		return 0, nil, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
-}
-
 // TestJoinsBeyondTheSlotsAreRefusedAtOnce: a replica runs at most Config.MaxJoins joins at
 // once; one more waits Config.JoinWait for a slot and is then refused with 503 unavailable
 // and a Retry-After, before it reaches the store — so a fleet starting at once cannot queue
@@ -51,19 +33,9 @@ func postJoin(baseURL, id string) (int, http.Header, string) {
 // deadline (10,000 bench agents: 2,003 joined in 200 s without the bound, none of them live).
 // Once the slot is free, joins go through.
 func TestJoinsBeyondTheSlotsAreRefusedAtOnce(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	held := heldJoins{Store: st, entered: make(chan string, 4), release: make(chan struct{})}
-	cfg := DefaultConfig()
-	cfg.NodeToken = "node-token"
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.MaxJoins, cfg.JoinWait = 1, 50*time.Millisecond
-	srv := httptest.NewServer(New(cfg, held).Handler())
-	t.Cleanup(srv.Close)
+	held := heldJoins{entered: make(chan string, 4), release: make(chan struct{})}
+	srv := newHarnessOn(t, func(st berth.Store) berth.Store { held.Store = st; return held },
+		func(c *Config) { c.MaxJoins, c.JoinWait = 1, 50*time.Millisecond }).srv
 	released := false
 	t.Cleanup(func() {
 		if !released {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/httpjson"
+	"github.com/berth-dev/berth/internal/inflight"
 )
 
 // Input bounds for creates; anything outside is invalid_request, never a 500.
@@ -453,12 +454,12 @@ func (s *Server) holdExec(p principal, n int64) (release func(), err error) {
 	if p.admin() {
 		key, who = "admin", "the admin key"
 	}
-	limit := min(s.cfg.TenantExecMiB, 1<<30) << 20
+	limit := inflight.MiB(s.cfg.TenantExecMiB)
 	release, ok := s.execs.Take(key, n, limit)
 	if ok {
 		return release, nil
 	}
-	mine, _ := s.execs.Held(key)
+	mine := s.execs.Held(key)
 	msg := fmt.Sprintf("this replica holds as many exec requests as it takes at once (--exec-inflight-mb %d)", s.cfg.ExecInflightMiB)
 	if limit > 0 && mine+n > limit {
 		msg = fmt.Sprintf("%s has %d KiB of exec requests in flight on this replica and this one needs %d KiB, over --tenant-exec-mb %d",

@@ -123,6 +123,13 @@ func newHarness(t *testing.T, cacheTTL time.Duration) *harness {
 
 func newHarnessWith(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
+	return newHarnessOn(t, nil, mutate)
+}
+
+// newHarnessOn is newHarnessWith whose server sees the store through wrap (nil: as it is),
+// e.g. a store that holds one call up.
+func newHarnessOn(t *testing.T, wrap func(berth.Store) berth.Store, mutate func(*Config)) *harness {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, ":memory:")
 	if err != nil {
@@ -141,7 +148,11 @@ func newHarnessWith(t *testing.T, mutate func(*Config)) *harness {
 	if cfg.Clock != nil {
 		h.clock = cfg.Clock
 	}
-	s := New(cfg, st)
+	var served berth.Store = st
+	if wrap != nil {
+		served = wrap(st)
+	}
+	s := New(cfg, served)
 	h.s = s
 	h.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(h.srv.Close)

@@ -127,10 +127,11 @@ type Config struct {
 	TenantRate  float64
 	TenantBurst int
 	// TenantExecMiB bounds the exec requests each key's tenant has in flight on this replica,
-	// MiB of request body (a body without a Content-Length counts as the 1 MiB maximum; the
-	// admin key is bounded as one more tenant). An exec holds its request until its command
-	// ends, so the bound is on memory held, not on rate; over it: 429 rate_limited, retry
-	// after 1 s (docs/DECISIONS.md "Execs in flight"). DefaultConfig: 64; 0 = no bound.
+	// MiB of what the replica holds of each: the larger of its body and its decoded stdin and
+	// arguments, counted once the body is read and the sandbox found (the admin key is
+	// bounded as one more tenant). An exec holds its request until its command ends, so the
+	// bound is on memory held, not on rate; over it: 429 rate_limited, retry after 1 s
+	// (docs/DECISIONS.md "Execs in flight"). DefaultConfig: 64; 0 = no bound.
 	TenantExecMiB int64
 	// ExecInflightMiB bounds the exec requests this replica holds at once for everyone, MiB
 	// (counted as TenantExecMiB is); over it: 429 rate_limited. DefaultConfig: 256; 0 = no
@@ -205,8 +206,8 @@ type Server struct {
 	templates *templateCache
 	quotas    *ttlCache[berth.Quota] // per tenant, a few seconds (ADM-11)
 	limits    *tenantLimits          // per-tenant request rate (nil: none)
-	joinSlots chan struct{}          // agent joins running at once (Config.MaxJoins)
-	execs     *inflight.Bytes        // exec request bytes in flight per tenant (Config.TenantExecMiB)
+	joinSlots inflight.Slots         // agent joins running at once (Config.MaxJoins)
+	execs     *inflight.Bytes        // exec request bytes in flight, per principal and in all
 	metrics   *metrics
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
 	stopping  sync.Map               // agent id → a stopEnded round in flight
@@ -273,12 +274,12 @@ func New(cfg Config, st berth.Store) *Server {
 		quotas:         &ttlCache[berth.Quota]{ttl: 5 * time.Second, max: 10000},
 		heartbeatCreds: &ttlCache[string]{ttl: heartbeatCredTTL, max: 1 << 16},
 		limits:         newTenantLimits(cfg.TenantRate, cfg.TenantBurst, time.Now),
-		execs:          inflight.New(min(cfg.ExecInflightMiB, 1<<30) << 20),
+		execs:          inflight.New(inflight.MiB(cfg.ExecInflightMiB)),
 		metrics:        m,
 		retained:       newRetentionCounter(cfg.Registry),
 		log:            cfg.Logger,
 		appKick:        make(chan struct{}, 1),
-		joinSlots:      make(chan struct{}, cfg.MaxJoins),
+		joinSlots:      inflight.NewSlots(cfg.MaxJoins),
 		stopRounds:     make(chan struct{}, maxStopRounds),
 		appWatchers:    map[string]chan struct{}{},
 		appTransport:   newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),

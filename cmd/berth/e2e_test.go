@@ -122,16 +122,25 @@ func rawCreate(t *testing.T, st *devStack, body string) (int, http.Header, berth
 // headers and the body.
 func rawPost(t *testing.T, st *devStack, key, path, body string) (int, http.Header, []byte) {
 	t.Helper()
+	code, h, b, err := post(st, key, path, body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return code, h, b
+}
+
+// post is rawPost for any goroutine: a transport error is returned, not a test failure.
+func post(st *devStack, key, path, body string) (int, http.Header, []byte, error) {
 	req, _ := http.NewRequest(http.MethodPost, st.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
+	return resp.StatusCode, resp.Header, b, nil
 }
 
 func adminClient(st *devStack, opts ...client.Option) *client.Client {

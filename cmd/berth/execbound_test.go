@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +47,10 @@ func holdExecs(t *testing.T, st *devStack, key, id string, n int, stdin string) 
 	codes := make(chan string, n)
 	for i := range n {
 		body := execBodyRaw(t, fmt.Sprintf("touch /tmp/started-%d; while [ ! -e /tmp/go ]; do sleep 0.05; done", i), stdin)
-		go func() { codes <- postExec(st, key, id, body) }()
+		go func() {
+			code, _, b, err := post(st, key, "/v1/sandboxes/"+id+"/exec", body)
+			codes <- fmt.Sprintf("%d %.200s %v", code, b, err)
+		}()
 	}
 	c := client.New(st.URL, key)
 	ctx := context.Background()
@@ -84,20 +85,6 @@ func holdExecs(t *testing.T, st *devStack, key, id string, n int, stdin string) 
 			}
 		}
 	}
-}
-
-// postExec posts an exec and returns "STATUS BODY" (at most 200 bytes of it), or the
-// transport error; it may run on any goroutine.
-func postExec(st *devStack, key, id, body string) string {
-	req, _ := http.NewRequest(http.MethodPost, st.URL+"/v1/sandboxes/"+id+"/exec", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-	return fmt.Sprintf("%d %s", resp.StatusCode, b)
 }
 
 // tenantWithSandbox makes tenant name, a key of it and a shell sandbox of it of memMiB MiB

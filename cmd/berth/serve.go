@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,6 +163,15 @@ func (b *serverBounds) register(f *pflag.FlagSet) {
 // maxExecInflightMiB is the largest --tenant-exec-mb and --exec-inflight-mb taken, MiB (1 TiB).
 const maxExecInflightMiB = 1 << 20
 
+// checkExecMiB refuses (invalid_request) an exec bound flag outside 0 (no bound) ..
+// maxExecInflightMiB, for `berth server`, `berth dev` and `berth agent` alike.
+func checkExecMiB(flag string, v int64) error {
+	if v < 0 || v > maxExecInflightMiB {
+		return berth.Errorf(berth.EInvalidRequest, "%s must be 0 (no bound) or 1..%d, not %d", flag, maxExecInflightMiB, v)
+	}
+	return nil
+}
+
 // server copies the bounds a server.Config carries into cfg.
 func (b serverBounds) server(cfg *server.Config) {
 	cfg.TenantRate, cfg.TenantBurst, cfg.TenantExecMiB = b.TenantRate, b.TenantBurst, b.TenantExecMiB
@@ -178,17 +188,17 @@ func agentExecInflight(flagMiB int64) int64 {
 }
 
 // check refuses bounds no listener can serve under (invalid_request, exit 2), before
-// anything starts: a negative rate, burst, timeout or minimum body rate, or a connection cap
-// below -1 — a negative value would otherwise silently mean "no limit" or "the default".
+// anything starts: a negative rate, burst, timeout or minimum body rate, a connection cap
+// below -1, or an exec bound outside 0..1 TiB (checkExecMiB) — a negative value would
+// otherwise silently mean "no limit" or "the default".
 func (b serverBounds) check() error {
+	if err := cmp.Or(checkExecMiB("--tenant-exec-mb", b.TenantExecMiB), checkExecMiB("--exec-inflight-mb", b.ExecInflightMiB)); err != nil {
+		return err
+	}
 	l := b.Limits
 	switch {
 	case b.TenantRate < 0 || b.TenantBurst < 0:
 		return berth.Errorf(berth.EInvalidRequest, "--tenant-rate and --tenant-burst must be 0 (no limit; a burst of 1) or positive, not %v and %d", b.TenantRate, b.TenantBurst)
-	case b.TenantExecMiB < 0 || b.TenantExecMiB > maxExecInflightMiB:
-		return berth.Errorf(berth.EInvalidRequest, "--tenant-exec-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, b.TenantExecMiB)
-	case b.ExecInflightMiB < 0 || b.ExecInflightMiB > maxExecInflightMiB:
-		return berth.Errorf(berth.EInvalidRequest, "--exec-inflight-mb must be 0 (no bound) or 1..%d, not %d", maxExecInflightMiB, b.ExecInflightMiB)
 	case l.MaxConns < -1:
 		return berth.Errorf(berth.EInvalidRequest, "--max-conns must be -1 (no cap), 0 (the default) or positive, not %d", l.MaxConns)
 	case l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.BodyMinRate < 0:
@@ -233,8 +243,8 @@ func newAgentCmd(cf *clientFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			cfg.NodeToken = os.Getenv("BERTH_NODE_TOKEN")
-			if err := (serverBounds{ExecInflightMiB: cfg.ExecInflightMiB}).check(); err != nil {
-				return err // the same range as the server's --exec-inflight-mb
+			if err := checkExecMiB("--exec-inflight-mb", cfg.ExecInflightMiB); err != nil {
+				return err
 			}
 			cfg.ExecInflightMiB = agentExecInflight(cfg.ExecInflightMiB)
 			if cfg.NodeToken == "" || cfg.ServerURL == "" {

@@ -3,11 +3,23 @@
 // re-encoded — for as long as its command runs (up to an hour), so without a bound a
 // tenant's burst of long execs with large stdin pins memory in the replica and the agent
 // until the host runs out (measured: 150 concurrent execs of 900 KB stdin took `berth dev`
-// from 37 MB to 522 MB of RSS; docs/DECISIONS.md "Execs in flight"). A Bytes is safe for
-// concurrent use.
+// from 37 MB to 522 MB of RSS; docs/DECISIONS.md "Execs in flight"). Slots bounds how many
+// requests of a kind run at once, with a bounded wait for a turn (an agent's starts, ADM-10; a
+// replica's agent joins). Both are safe for concurrent use.
 package inflight
 
-import "sync"
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// MiB is n mebibytes in bytes, saturating at 2^50 (1 PiB) so that no configured bound
+// overflows; n ≤ 0 stays a bound of none.
+func MiB(n int64) int64 {
+	return min(n, 1<<30) << 20
+}
 
 // Bytes counts the bytes held under each key and in all, against a bound on the sum and a
 // bound per key that each Take names; a bound of 0 or less is no bound.
@@ -63,12 +75,37 @@ func (b *Bytes) give(key string, n int64) {
 	}
 }
 
-// Held returns the bytes held under key and in all.
-func (b *Bytes) Held(key string) (underKey, all int64) {
+// Held returns the bytes held under key.
+func (b *Bytes) Held(key string) int64 {
 	if b == nil {
-		return 0, 0
+		return 0
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.held[key], b.sum
+	return b.held[key]
+}
+
+// Slots bounds the requests of one kind that run at once: a buffered channel, one token per
+// running request.
+type Slots chan struct{}
+
+// NewSlots returns room for n requests at once (n ≥ 1).
+func NewSlots(n int) Slots { return make(Slots, max(n, 1)) }
+
+// ErrNoSlot is Take's answer when no slot came free within its wait.
+var ErrNoSlot = errors.New("no slot came free")
+
+// Take waits at most wait (and no longer than ctx) for a slot and returns the function that
+// gives it back. Errors: ErrNoSlot, or ctx's error; callers turn them into their refusal.
+func (s Slots) Take(ctx context.Context, wait time.Duration) (release func(), err error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, nil
+	case <-t.C:
+		return nil, ErrNoSlot
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

@@ -1,8 +1,11 @@
 package inflight
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestTakeBounds: a key holds up to its bound, the sum up to its own; a refusal holds
@@ -27,18 +30,18 @@ func TestTakeBounds(t *testing.T) {
 	if !ok {
 		t.Fatal("b's 5 to exactly the sum's bound: refused")
 	}
-	if a, all := b.Held("a"); a != 10 || all != 15 {
+	if a, all := b.Held("a"), b.sum; a != 10 || all != 15 {
 		t.Fatalf("held a=%d all=%d, want 10 and 15", a, all)
 	}
 	r1()
 	r1() // a second call frees nothing more
-	if a, all := b.Held("a"); a != 4 || all != 9 {
+	if a, all := b.Held("a"), b.sum; a != 4 || all != 9 {
 		t.Fatalf("after one release (twice): a=%d all=%d, want 4 and 9", a, all)
 	}
 	r2()
 	r3()
-	if _, all := b.Held("a"); all != 0 || len(b.held) != 0 {
-		t.Fatalf("all released: sum %d, %d keys kept", all, len(b.held))
+	if b.sum != 0 || len(b.held) != 0 {
+		t.Fatalf("all released: sum %d, %d keys kept", b.sum, len(b.held))
 	}
 	big, ok := b.Take("a", 100, 10)
 	if !ok {
@@ -79,7 +82,10 @@ func TestConcurrentTakes(t *testing.T) {
 				if !ok {
 					continue
 				}
-				k, all := b.Held(key)
+				k := b.Held(key)
+				b.mu.Lock()
+				all := b.sum
+				b.mu.Unlock()
 				mu.Lock()
 				peak, peakKey = max(peak, all), max(peakKey, k)
 				mu.Unlock()
@@ -88,7 +94,38 @@ func TestConcurrentTakes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if _, all := b.Held(""); all != 0 || peak > 100 || peakKey > 40 {
-		t.Fatalf("after every release: sum %d (want 0); peak sum %d (bound 100), peak per key %d (bound 40)", all, peak, peakKey)
+	if b.sum != 0 || peak > 100 || peakKey > 40 {
+		t.Fatalf("after every release: sum %d (want 0); peak sum %d (bound 100), peak per key %d (bound 40)", b.sum, peak, peakKey)
+	}
+}
+
+// TestMiB: a bound in MiB saturates instead of overflowing into a negative (no) bound.
+func TestMiB(t *testing.T) {
+	for in, want := range map[int64]int64{0: 0, -1: -1 << 20, 256: 256 << 20, 1 << 62: 1 << 50} {
+		if got := MiB(in); got != want {
+			t.Errorf("MiB(%d) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestSlots: n at once; one more waits its wait and gets ErrNoSlot, or ctx's error when ctx
+// ends first; a slot given back serves the next.
+func TestSlots(t *testing.T) {
+	s := NewSlots(1)
+	release, err := s.Take(context.Background(), time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(context.Background(), time.Millisecond); !errors.Is(err, ErrNoSlot) {
+		t.Fatalf("a second take with the one slot held: %v, want ErrNoSlot", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a take on an ended context: %v, want context.Canceled", err)
+	}
+	release()
+	if _, err := s.Take(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("a take after the slot came back: %v", err)
 	}
 }
