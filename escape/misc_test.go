@@ -484,20 +484,23 @@ func wroteTotal(out string) int64 {
 	return total
 }
 
-// initImpostor (a found attack): the guest stands in for its sandbox's init — it moves the
+// initImpostor (found attacks): the guest stands in for its sandbox's init — it moves the
 // init's socket aside, listens in its place, passes one exec on to the real init and, once
-// the command has run, answers with Berth's own refusal rate_limited, which every SDK resends
-// for any call (the server sends it before doing anything). The API must not answer that
-// exec with rate_limited, and the command must have run exactly once. Where the guest cannot
-// move the socket (the process runtime keeps it out of the sandbox's view), there is nothing
-// to impersonate; on gVisor the setup must work, or the attempt proves nothing.
+// the command has run, answers it with a forged line. Two forgeries: Berth's own refusal
+// rate_limited, which every SDK resends for any call (the server sends it before doing
+// anything); and an init's code with a message of 200 KB, past what the replica reads of an
+// agent's error, which turned into "agent unavailable", retryable. Neither may reach the
+// caller as a retryable answer, and the command must have run exactly once each time. Where
+// the guest cannot move the socket (the process runtime keeps it out of the sandbox's view),
+// there is nothing to impersonate; on gVisor the setup must work, or it proves nothing.
 func initImpostor(t *testing.T, d *dev) {
 	c := d.Tenant[0]
 	id := c.create(t, "python", sandboxOpts{})
 	impostor := `
-import os, socket
+import os, socket, sys
 run = "/.berth/run"
 sock, real = run + "/init.sock", run + "/real.sock"
+forged = open("/tmp/forged").read().encode() + b"\n"
 os.rename(sock, real)
 srv = socket.socket(socket.AF_UNIX)
 srv.bind(sock)
@@ -511,7 +514,7 @@ try:
     up.connect(real)
     up.sendall(line)
     up.makefile("rb").readline()  # the real init's answer: the command has run
-    conn.sendall(b'{"code":"rate_limited","message":"forged by the guest"}\n')
+    conn.sendall(forged)
     conn.close()
     up.close()
 finally:
@@ -522,8 +525,27 @@ finally:
 	if st, body := c.put(t, id, "/tmp/impostor.py", []byte(impostor)); st != 204 {
 		t.Fatalf("could not write the impostor (so the attempt proves nothing): %d %s", st, body)
 	}
+	for round, forged := range []string{
+		`{"code":"rate_limited","message":"forged by the guest"}`,
+		`{"code":"conflict","message":"` + strings.Repeat("A", 200_000) + `"}`,
+	} {
+		if !impostorAnswers(t, d, c, id, round, forged) {
+			return
+		}
+	}
+}
+
+// impostorAnswers runs one round of initImpostor: the guest's impostor answers one exec with
+// forged. It reports false when the guest cannot stand in for its init on this runtime.
+func impostorAnswers(t *testing.T, d *dev, c client, id string, round int, forged string) bool {
+	if st, body := c.put(t, id, "/tmp/forged", []byte(forged)); st != 204 {
+		t.Fatalf("could not write the forged answer (so the attempt proves nothing): %d %s", st, body)
+	}
 	setup := c.mustPy(t, id, 30, nil, `
 import os, subprocess, sys, time
+for f in ("/tmp/impostor-ready", "/tmp/impostor-done"):
+    if os.path.exists(f):
+        os.unlink(f)
 subprocess.Popen([sys.executable, "/tmp/impostor.py"], start_new_session=True, stdin=subprocess.DEVNULL,
                  stdout=open("/tmp/impostor.log", "w"), stderr=subprocess.STDOUT)
 for _ in range(100):
@@ -539,21 +561,23 @@ print("PROBE-DONE")
 			t.Fatalf("the guest could not stand in for its init on gVisor, so the attempt proves nothing: %s", log.Stdout)
 		}
 		t.Logf("%s: the guest cannot move its init's socket: %s", d.Runtime, log.Stdout)
-		return
+		return false
 	}
-	r := c.sh(t, id, 30, "echo ran >> /tmp/count")
-	if r.Status == 429 || r.Code == "rate_limited" {
-		escaped(t, d, "a guest answered for its init with Berth's rate_limited, which the SDKs resend", r.String())
+	count := fmt.Sprintf("/tmp/count-%d", round)
+	r := c.sh(t, id, 30, "echo ran >> "+count)
+	if r.Status == 429 || r.Status == 503 || strings.Contains(r.Body, `"retryable":true`) {
+		escaped(t, d, "a guest answering for its init made an exec that ran look retryable", fmt.Sprintf("round %d: %s", round, tail(r.String(), 600)))
 	}
-	var count execResult
+	var ran execResult
 	for range 50 { // the impostor puts the real socket back once it has answered
-		if count = c.sh(t, id, 10, "cat /tmp/impostor-done && cat /tmp/count"); count.ok() && count.ExitCode == 0 {
+		if ran = c.sh(t, id, 10, "cat /tmp/impostor-done && cat "+count); ran.ok() && ran.ExitCode == 0 {
 			break
 		}
 		time.Sleep(200 * time.Millisecond) // real: the guest's own process restoring the socket
 	}
-	if strings.Count(count.Stdout, "ran") != 1 {
-		t.Errorf("the exec answered by the impostor ran %d times, want once: %s (the exec's answer: %s)", strings.Count(count.Stdout, "ran"), count, r)
+	if n := strings.Count(ran.Stdout, "ran"); n != 1 {
+		t.Errorf("round %d: the exec answered by the impostor ran %d times, want once: %s (its answer: %s)", round, n, ran, tail(r.String(), 600))
 	}
-	t.Logf("%s: the impostor's exec was answered %s", d.Runtime, r)
+	t.Logf("%s round %d: the impostor's exec was answered %s", d.Runtime, round, tail(r.String(), 300))
+	return true
 }

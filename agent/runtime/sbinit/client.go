@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
+	"unicode"
 
 	"github.com/berth-dev/berth"
 )
@@ -69,10 +71,46 @@ var initCodes = map[string]bool{
 // reported as an internal failure of the init, with what it said, so the agent answers it as
 // a sandbox whose init misbehaves (conflict), never as a refusal of Berth's own.
 func initError(resp wireResponse) error {
+	msg := initMessage(resp.Message)
 	if initCodes[resp.Code] {
-		return &berth.Error{Code: resp.Code, Message: resp.Message}
+		return &berth.Error{Code: resp.Code, Message: msg}
 	}
-	return berth.Errorf(berth.EInternal, "the sandbox's init answered code %q, which it never sends: %s", resp.Code, resp.Message)
+	return berth.Errorf(berth.EInternal, "the sandbox's init answered code %.64q, which it never sends: %s", resp.Code, msg)
+}
+
+// maxInitMessage bounds an init's error message, bytes. A guest standing in for its init
+// could answer with a message of megabytes: past the 64 KiB the replica reads of an agent's
+// error, the answer no longer decoded and an exec that had run was reported as the agent
+// unavailable, retryable (found by an attack). An init's own messages are far shorter; a
+// service's output tail (service_exited) is at most ServiceOutputTail.
+const maxInitMessage = 8 << 10
+
+// initMessage is an init's error message as the agent passes it on: valid UTF-8, with
+// every control character but a line break or a tab shown escaped (\x1b), so a guest's
+// message cannot clear or rewrite the terminal of whoever reads it (found by an attack: ESC
+// sequences and BEL reached the CLI as they were), then cut to maxInitMessage bytes.
+func initMessage(m string) string {
+	m = strings.ToValidUTF8(m, "\uFFFD")
+	if strings.ContainsFunc(m, isEscapable) {
+		var b strings.Builder
+		for _, r := range m {
+			if isEscapable(r) {
+				fmt.Fprintf(&b, "\\x%02x", r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+		m = b.String()
+	}
+	if len(m) > maxInitMessage {
+		m = strings.ToValidUTF8(m[:maxInitMessage], "") + " … (cut)"
+	}
+	return m
+}
+
+// isEscapable reports a control character other than a line break or a tab.
+func isEscapable(r rune) bool {
+	return unicode.IsControl(r) && r != '\n' && r != '\t'
 }
 
 // transportErr explains a transport failure: the caller's context ending wins, then the

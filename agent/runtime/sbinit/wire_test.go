@@ -64,3 +64,24 @@ func TestInitCannotAnswerBerthsRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestInitMessagesAreBoundedAndInert: what a guest standing in for its init says reaches the
+// agent at most maxInitMessage bytes long (a message of megabytes made the replica misread
+// the agent's answer as the agent failing, retryable, for an exec that had run) and with
+// its control characters escaped, line breaks and tabs kept (a service's output tail).
+func TestInitMessagesAreBoundedAndInert(t *testing.T) {
+	for _, tc := range []struct{ sent, want string }{
+		{"no such file", "no such file"},
+		{"exited 3; output tail:\nline 1\n\tline 2", "exited 3; output tail:\nline 1\n\tline 2"},
+		{"\x1b[2J\x1b[31mFAKE\r\x07", `\x1b[2J\x1b[31mFAKE\x0d\x07`},
+		{"bad \xff byte", "bad \uFFFD byte"},
+	} {
+		if got := initMessage(tc.sent); got != tc.want {
+			t.Errorf("initMessage(%q) = %q, want %q", tc.sent, got, tc.want)
+		}
+	}
+	long := initMessage(strings.Repeat("\x1b", 1<<20))
+	if len(long) > maxInitMessage+len(" … (cut)") || !strings.HasSuffix(long, " … (cut)") || strings.ContainsRune(long, 0x1b) {
+		t.Errorf("a 1 MiB message of ESC: %d bytes, raw ESC kept: %v; want at most %d, escaped, marked cut", len(long), strings.ContainsRune(long, 0x1b), maxInitMessage)
+	}
+}
