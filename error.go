@@ -35,6 +35,7 @@ const (
 	EIdempotencyMismatch = "idempotency_key_mismatch" // 422: the Idempotency-Key was first used with another request (API-4, C26)
 	ERateLimited         = "rate_limited"             // 429: the tenant is over its request rate, retryable after Retry-After
 	EMethodNotAllowed    = "method_not_allowed"       // 405: the path is a route, not for this method; Allow lists those it takes
+	EOutcomeUnknown      = "outcome_unknown"          // 504: an exec reached its host but no whole answer came back; it may have run, not retryable
 )
 
 // Error is the one error type of Berth (STYLE habit 4). The HTTP layer maps Code to a status

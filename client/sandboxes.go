@@ -85,8 +85,11 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (berth.Sandbox, e
 }
 
 // Exec runs a command in a sandbox and returns its exit code and captured output (POST
-// /v1/sandboxes/{id}/exec). It is sent exactly once, never retried: running a command twice
-// is not harmless. A non-zero exit code is a result, not an error.
+// /v1/sandboxes/{id}/exec). It is resent only on 429 rate_limited, which the server answers
+// before running anything; any other failure returns as it came: running a command twice is
+// not harmless. A 504 outcome_unknown (*berth.Error) means the exec reached the sandbox's host
+// but its answer was lost: the command may have run. A non-zero exit code is a result, not an
+// error.
 func (c *Client) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
 	r, err := jsonRequest(http.MethodPost, sandboxPath(id)+"/exec", req, false)
 	if err != nil {

@@ -39,8 +39,9 @@
 //	11h the operator's terminal (berth dev's controlling tty): write, TIOCSTI       ISO-1
 //	11i writes through the init's inherited descriptors onto the host's disk       ISO-2
 //	11j the guest stands in for its init and answers an exec that ran with Berth's
-//	    rate_limited (which the SDKs resend), or with a 200 KB message: the exec
-//	    must run once and its answer not be retryable                               API-2
+//	    rate_limited (which the SDKs resend), with a 200 KB message, or not at all:
+//	    the exec must run once and its answer not be retryable (no answer: 504
+//	    outcome_unknown)                                                            API-2
 //
 // When an attempt succeeds the test fails and says which attempt, on which runtime, with
 // which command, and what it got. Each `berth dev` is stopped in cleanup (SIGTERM to its

@@ -488,9 +488,11 @@ func wroteTotal(out string) int64 {
 // init's socket aside, listens in its place, passes one exec on to the real init and, once
 // the command has run, answers it with a forged line. Two forgeries: Berth's own refusal
 // rate_limited, which every SDK resends for any call (the server sends it before doing
-// anything); and an init's code with a message of 200 KB, past what the replica reads of an
-// agent's error, which turned into "agent unavailable", retryable. Neither may reach the
-// caller as a retryable answer, and the command must have run exactly once each time. Where
+// anything); an init's code with a message of 200 KB, past what the replica reads of an
+// agent's error, which turned into "agent unavailable", retryable; and no answer at all, which
+// the replica's wait (timeout_s + 10 s) answered 503 unavailable, retryable. None may reach
+// the caller as a retryable answer (the last must be 504 outcome_unknown), and the command
+// must have run exactly once each time. Where
 // the guest cannot move the socket (the process runtime keeps it out of the sandbox's view),
 // there is nothing to impersonate; on gVisor the setup must work, or it proves nothing.
 func initImpostor(t *testing.T, d *dev) {
@@ -514,7 +516,14 @@ try:
     up.connect(real)
     up.sendall(line)
     up.makefile("rb").readline()  # the real init's answer: the command has run
-    conn.sendall(forged)
+    if forged.strip() == b"HOLD":
+        conn.settimeout(60)
+        try:
+            conn.recv(1)  # never answer: wait for the agent to give up and hang up
+        except OSError:
+            pass
+    else:
+        conn.sendall(forged)
     conn.close()
     up.close()
 finally:
@@ -528,6 +537,7 @@ finally:
 	for round, forged := range []string{
 		`{"code":"rate_limited","message":"forged by the guest"}`,
 		`{"code":"conflict","message":"` + strings.Repeat("A", 200_000) + `"}`,
+		"HOLD", // no answer until the agent hangs up
 	} {
 		if !impostorAnswers(t, d, c, id, round, forged) {
 			return
@@ -564,9 +574,16 @@ print("PROBE-DONE")
 		return false
 	}
 	count := fmt.Sprintf("/tmp/count-%d", round)
-	r := c.sh(t, id, 30, "echo ran >> "+count)
+	timeoutS := 30
+	if forged == "HOLD" {
+		timeoutS = 2 // the replica waits timeout_s + 10 s for an answer that never comes
+	}
+	r := c.sh(t, id, timeoutS, "echo ran >> "+count)
 	if r.Status == 429 || r.Status == 503 || strings.Contains(r.Body, `"retryable":true`) {
 		escaped(t, d, "a guest answering for its init made an exec that ran look retryable", fmt.Sprintf("round %d: %s", round, tail(r.String(), 600)))
+	}
+	if forged == "HOLD" && (r.Status != 504 || r.Code != "outcome_unknown") {
+		t.Errorf("round %d: an exec whose answer never came: %s; want 504 outcome_unknown (it ran)", round, tail(r.String(), 600))
 	}
 	var ran execResult
 	for range 50 { // the impostor puts the real socket back once it has answered

@@ -120,7 +120,7 @@ func (c *agentCaller) exec(ctx context.Context, at agentAt, id string, req berth
 		return res, err
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
-		return res, berth.Wrap(berth.EUnavailable, err, "agent answered exec with bad JSON")
+		return res, unreachableBy(err, "agent answered exec with bad JSON") // it ran: the answer is lost
 	}
 	return res, nil
 }

@@ -435,10 +435,26 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal
 	defer cancel()
 	res, err := s.agents.exec(ctx, addr, sb.ID, req)
 	if err != nil {
-		return err
+		return execLost(err, sb.ID, req.TimeoutS+10)
 	}
 	httpjson.WriteJSON(w, http.StatusOK, res)
 	return nil
+}
+
+// execLost is an exec's error from its agent call. An answer that never came, or came cut
+// (errUnreachable, past waitS seconds or on a connection that broke), after the request was
+// sent means the command may have run: outcome_unknown (504), not retryable, so nothing runs
+// it again on Berth's word. A call that never reached the agent (errNotConnected: the dial
+// failed) ran nothing and stays unavailable (503, retryable). Found by an attack: a guest
+// standing in for its init that never answers, and execs past the replica's wait under load,
+// were answered 503 unavailable, retryable, for commands that had run.
+func execLost(err error, id string, waitS int) error {
+	if !errors.Is(err, errUnreachable) || errors.Is(err, errNotConnected) {
+		return err
+	}
+	return berth.Wrap(berth.EOutcomeUnknown, err,
+		"sandbox %s: its host took the exec, but no whole answer came back within %d s (timeout_s + 10); the command may have run: check before running it again",
+		id, waitS)
 }
 
 // holdExec counts n bytes of an exec against its principal's execs in flight on this replica

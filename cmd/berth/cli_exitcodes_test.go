@@ -271,7 +271,7 @@ func TestExitCodeRule(t *testing.T) {
 		berth.ENoCapacity: 3, berth.ENoHealthyAgents: 3, berth.EHostStartsSaturated: 3, berth.EUnavailable: 3, berth.EWakeTimeout: 3,
 		berth.EUnauthorized: 1, berth.EForbidden: 1, berth.ETenantOverQuota: 1, berth.EConflict: 1, berth.EAppStopped: 1,
 		berth.EServiceRunning: 1, berth.EServiceExited: 1, berth.EUpstream: 1, berth.EAppError: 1, berth.EUnsupported: 1,
-		berth.EInternal: 1, "a_code_from_a_newer_server": 1,
+		berth.EInternal: 1, berth.EOutcomeUnknown: 1, "a_code_from_a_newer_server": 1,
 	}
 	for code, exit := range codes {
 		errs["code "+code] = fmt.Errorf("wrapped: %w", &berth.Error{Code: code, Message: "m"})

@@ -56,7 +56,8 @@ start with "berth: "; a sandboxed command's stderr is passed through as it is.`
 //     error, a timeout, a hang-up before the answer) — also for calls the SDK never retries
 //     (exec, drain).
 //   - 1, anything else: 401 unauthorized, 403 forbidden and tenant_over_quota, 409 conflict
-//     and app_stopped, 500 internal, 501, a non-retryable 502 (app_error…), TLS failures, an
+//     and app_stopped, 500 internal, 501, a non-retryable 502 (app_error…), 504 outcome_unknown
+//     (an exec that may have run: running it again is the user's call), TLS failures, an
 //     answer that is not Berth's JSON, local I/O errors, an interrupt (Ctrl-C).
 func exitCode(err error) int {
 	var ee *exitError

@@ -48,6 +48,8 @@ func StatusFor(code string) int {
 		return http.StatusTooManyRequests
 	case berth.EMethodNotAllowed:
 		return http.StatusMethodNotAllowed
+	case berth.EOutcomeUnknown:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }

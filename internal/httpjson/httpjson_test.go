@@ -33,6 +33,7 @@ func TestStatusForPinsEveryCode(t *testing.T) {
 		berth.ETooLarge:            413,
 		berth.ERateLimited:         429,
 		berth.EMethodNotAllowed:    405,
+		berth.EOutcomeUnknown:      504,
 		berth.EInternal:            500,
 		"some_future_code":         500,
 	}

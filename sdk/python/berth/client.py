@@ -448,9 +448,12 @@ class Sandboxes:
              timeout_s: Optional[int] = None) -> ExecResult:
         """Run ``cmd`` (argv, e.g. ``["python3", "-c", "print(2+2)"]``) in the sandbox and return
         its exit code and output (POST /v1/sandboxes/{id}/exec). ``timeout_s`` is 1…3600,
-        default 60; a timed-out command exits −1. Sent exactly once, never retried: running a
-        command twice is not harmless, so a refusal or a lost connection raises as it came
-        (RetryableError, TransportError). Raises Conflict when the sandbox is not running."""
+        default 60; a timed-out command exits −1. Resent only on 429 rate_limited, which the
+        server answers before running anything: running a command twice is not harmless, so any
+        other refusal or a lost connection raises as it came (RetryableError, TransportError),
+        and a 504 ``outcome_unknown`` (BerthError: the exec reached the sandbox's host but its
+        answer was lost) means the command may have run. Raises Conflict when the sandbox is
+        not running."""
         if isinstance(cmd, (str, bytes)):
             raise TypeError("cmd is an argv list, e.g. ['sh', '-c', 'echo hi'], not a string")
         if isinstance(stdin, bytes):

@@ -19,7 +19,10 @@ Branch on the class or on ``code`` (stable strings, docs/API.md "Errors"), never
     └── CapacityUnavailable          a retried call ran out of patience (SDK-2): park the work
                                      as waiting, not failed
 
-Any other code (one added after this SDK) raises BerthError itself with that code.
+``outcome_unknown`` (504: an exec reached its sandbox's host, but no whole answer came back,
+so the command may have run) raises BerthError itself: it is not retryable, and running the
+command again is the caller's decision. Any other code (one added after this SDK) raises
+BerthError itself with that code.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ APP_WAKE_TIMEOUT = "app_wake_timeout"
 IDEMPOTENCY_KEY_MISMATCH = "idempotency_key_mismatch"
 RATE_LIMITED = "rate_limited"
 METHOD_NOT_ALLOWED = "method_not_allowed"
+OUTCOME_UNKNOWN = "outcome_unknown"
 
 #: The codes a later try may fix (berth.Error.Retryable in Go).
 RETRYABLE_CODES = frozenset({

@@ -541,9 +541,12 @@ export class Sandboxes {
   }
 
   /**
-   * Runs a command and returns its exit code and output (POST /v1/sandboxes/{id}/exec). Sent
-   * exactly once, never retried: running a command twice is not harmless. A non-zero exit
-   * code is a result, not an error. `cmd` is the argv, or the whole request.
+   * Runs a command and returns its exit code and output (POST /v1/sandboxes/{id}/exec). Resent
+   * only on 429 rate_limited, which the server answers before running anything; any other
+   * failure rejects as it came: running a command twice is not harmless. A 504
+   * `outcome_unknown` means the exec reached the sandbox's host but its answer was lost: the
+   * command may have run. A non-zero exit code is a result, not an error. `cmd` is the argv,
+   * or the whole request.
    */
   exec(id: string, cmd: string[] | ExecRequest, options?: CallOptions): Promise<ExecResult> {
     const req: ExecRequest = Array.isArray(cmd) ? { cmd } : cmd;

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/berth-dev/berth"
+)
+
+// TestExecWhoseAnswerIsLostIsOutcomeUnknown (API-2; found by an attack): an exec that reached
+// its host and got no whole answer back may have run, so it is 504 outcome_unknown, not
+// retryable and with no Retry-After — never 503 unavailable, which says "nothing happened,
+// try again". An exec that never reached its host (the dial was refused) ran nothing and
+// stays 503 unavailable, retryable. The replica itself sends each exec once.
+func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// answer plays the host's side of the exec; nil: the host is gone before it.
+		answer     func(w http.ResponseWriter)
+		wantStatus int
+		wantCode   string
+		wantExecs  int64
+	}{
+		{"the host hangs up mid-answer", func(w http.ResponseWriter) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close() // the command ran; its answer never leaves
+			}
+		}, http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host answers 200 with a body that is not an exec result", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"exit_code":`)
+		}, http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host refuses the connection", nil, http.StatusServiceUnavailable, berth.EUnavailable, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, 0)
+			var execs atomic.Int64
+			agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+					w.WriteHeader(http.StatusCreated)
+				case strings.HasSuffix(r.URL.Path, "/exec"):
+					_, _ = io.Copy(io.Discard, r.Body)
+					execs.Add(1)
+					c.answer(w)
+				default:
+					w.WriteHeader(http.StatusNoContent)
+				}
+			}))
+			t.Cleanup(agent.Close)
+			h.heartbeat(t, "a1", agent.URL, 1<<20)
+			code, sb, e := h.create(t)
+			if code != http.StatusCreated {
+				t.Fatalf("create: %d %+v", code, e)
+			}
+			if c.answer == nil {
+				agent.Close() // its address now refuses connections: nothing can reach the host
+			}
+			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/exec",
+				strings.NewReader(`{"cmd":["sh","-c","echo ran >> /tmp/count"]}`))
+			req.Header.Set("Authorization", "Bearer "+h.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var eb berth.ErrorBody
+			if err := json.Unmarshal(body, &eb); err != nil {
+				t.Fatalf("exec: %d %s: not an error body: %v", resp.StatusCode, body, err)
+			}
+			if resp.StatusCode != c.wantStatus || eb.Error.Code != c.wantCode {
+				t.Fatalf("exec: %d %s; want %d %s", resp.StatusCode, body, c.wantStatus, c.wantCode)
+			}
+			lost := c.wantCode == berth.EOutcomeUnknown
+			if eb.Error.Retryable == lost || (resp.Header.Get("Retry-After") != "") == lost {
+				t.Errorf("exec: retryable %v, Retry-After %q; want retryable and a Retry-After only when nothing ran: %s",
+					eb.Error.Retryable, resp.Header.Get("Retry-After"), body)
+			}
+			if lost && !strings.Contains(eb.Error.Message, "may have run") {
+				t.Errorf("message %q does not say the command may have run", eb.Error.Message)
+			}
+			if n := execs.Load(); n != c.wantExecs {
+				t.Errorf("the host got %d exec(s), want %d: the replica must not send one again", n, c.wantExecs)
+			}
+		})
+	}
+}
