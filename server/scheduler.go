@@ -226,8 +226,13 @@ func (s *scheduler) observe(a berth.Agent) {
 // silentAgents returns the agents whose cached last heartbeat is older than their pool's
 // lease TTL: candidates for lease expiry, to be confirmed against the store.
 // nextLeaseEnd returns the earliest moment after now at which a host in the snapshot that
-// has not yet gone silent for its pool's lease TTL would (ok false: none).
-func (s *scheduler) nextLeaseEnd(now time.Time, ephemeral, stateful time.Duration) (time.Time, bool) {
+// has not yet gone silent for its pool's lease TTL would (ok false: none), silence counted
+// from no earlier than heard (the replica's hearing, LIF-2).
+func (s *scheduler) nextLeaseEnd(now, heard time.Time, ephemeral, stateful time.Duration) (time.Time, bool) {
+	var heardNano int64 // zero time: UnixNano is undefined before 1678
+	if !heard.IsZero() {
+		heardNano = heard.UnixNano()
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var next int64
@@ -236,7 +241,7 @@ func (s *scheduler) nextLeaseEnd(now time.Time, ephemeral, stateful time.Duratio
 		if h.Pool == berth.PoolEphemeral {
 			ttl = ephemeral
 		}
-		if end := h.LastSeenNano + int64(ttl); end > now.UnixNano() && (next == 0 || end < next) {
+		if end := max(h.LastSeenNano, heardNano) + int64(ttl); end > now.UnixNano() && (next == 0 || end < next) {
 			next = end
 		}
 	}

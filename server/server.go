@@ -244,6 +244,9 @@ type Server struct {
 	stopRounds chan struct{}
 	// lastForget is when keyed calls were last forgotten (unix ms, C26).
 	lastForget atomic.Int64
+	// hearing is since when this replica could record heartbeats: lease expiry counts
+	// silence from then (LIF-2).
+	hearing hearing
 }
 
 // maxStopRounds is how many AGT-6 rounds (stopEnded: a store read, then deletes to one
@@ -361,6 +364,7 @@ func (cfg Config) withDefaults() Config {
 // Run sweeps expired reservations (LED-2) and abandoned starting sandboxes, and follows the
 // store's agent changes when it can push them (PLC-5), until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
+	s.hearing.start(s.cfg.Clock())
 	if w, ok := s.store.(berth.AgentWatcher); ok {
 		go s.watchAgents(ctx, w)
 	}
@@ -390,7 +394,7 @@ func (s *Server) Run(ctx context.Context) error {
 // [10 ms, SweepInterval] (the sweep also checks leases).
 func (s *Server) untilLeaseEnd() time.Duration {
 	now := s.cfg.Clock()
-	end, ok := s.sched.nextLeaseEnd(now, s.leaseTTL(berth.PoolEphemeral), s.leaseTTL(berth.PoolStateful))
+	end, ok := s.sched.nextLeaseEnd(now, s.hearing.from(), s.leaseTTL(berth.PoolEphemeral), s.leaseTTL(berth.PoolStateful))
 	if !ok {
 		return s.cfg.SweepInterval
 	}
@@ -399,13 +403,16 @@ func (s *Server) untilLeaseEnd() time.Duration {
 
 // sweep runs one round of the TTL sweepers.
 func (s *Server) sweep(ctx context.Context) {
-	n, err := s.store.SweepReservations(ctx, s.cfg.Clock())
+	now := s.cfg.Clock()
+	n, err := s.store.SweepReservations(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
+			s.hearing.failed(now)
 			s.log.Warn("reservation sweep failed", "err", err)
 		}
 		return
 	}
+	s.hearing.ok(now, s.cfg.Clock(), s.log)
 	if n > 0 {
 		// A non-zero rate means some release path leaks, or a replica died (LED-2).
 		s.metrics.expirations.Add(float64(n))
@@ -453,10 +460,10 @@ func (s *Server) expireLeases(ctx context.Context) {
 			continue
 		}
 		ttl := s.leaseTTL(a.Pool)
-		silent := now.Sub(a.LastSeen)
-		if silent < ttl {
-			continue
+		if s.hearing.countedSilence(now, a.LastSeen) < ttl {
+			continue // silent, but not for a lease TTL that this replica could hear
 		}
+		silent := now.Sub(a.LastSeen)
 		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{AgentID: id})
 		if err != nil {
 			continue

@@ -1,0 +1,192 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/pgtest"
+	"github.com/berth-dev/berth/store/postgres"
+)
+
+// sweepCounter counts the sweeps a replica's Run makes through the store, those the store
+// answered and those it failed, so a test can wait for sweeps rather than time.
+type sweepCounter struct {
+	berth.Store
+	ok, failed atomic.Int64
+	// stall, when set, runs inside the next sweep's store call (once): a store that hangs.
+	stall atomic.Pointer[func()]
+}
+
+func (s *sweepCounter) SweepReservations(ctx context.Context, now time.Time) (int, error) {
+	if f := s.stall.Swap(nil); f != nil {
+		(*f)()
+	}
+	n, err := s.Store.SweepReservations(ctx, now)
+	if err != nil {
+		s.failed.Add(1)
+	} else {
+		s.ok.Add(1)
+	}
+	return n, err
+}
+
+// waitSweeps waits until n more sweeps than seen so far were answered by the store (failed:
+// failed by it). A sweep also expires leases (Run: sweep → expireLeases).
+func (s *sweepCounter) waitSweeps(t *testing.T, failed bool, n int64) {
+	t.Helper()
+	c := &s.ok
+	if failed {
+		c = &s.failed
+	}
+	want := c.Load() + n
+	waitUntil(t, fmt.Sprintf("%d more sweeps (failed: %v)", n, failed), func() (bool, string) {
+		got := c.Load()
+		return got >= want, fmt.Sprintf("%d of %d", got, want)
+	})
+}
+
+// advance moves clk on by d in steps of 5 s, waiting for a sweep after each: time that
+// passes while a replica sweeps, as it does, not in one jump that a sweep in flight would
+// take for a store that hung (slowSweep).
+func (s *sweepCounter) advance(t *testing.T, clk *fakeClock, d time.Duration) {
+	t.Helper()
+	for step := 5 * time.Second; d > 0; d -= step {
+		clk.Add(min(step, d))
+		s.waitSweeps(t, false, 1)
+	}
+}
+
+// sandboxState reads sandbox id's state from st.
+func sandboxState(t *testing.T, st berth.Store, id string) berth.SandboxState {
+	t.Helper()
+	sb, err := st.Sandbox(context.Background(), id)
+	must(t, err)
+	return sb.State
+}
+
+// TestLIF2_RestartOfTheControlPlaneLosesNoSandbox: every replica was down for five minutes —
+// longer than the 90 s lease — while the host went on running its sandbox. The replica that
+// starts again does not declare the sandbox lost for silence it could not hear; once it has
+// heard nothing from the host for a whole lease TTL, it does (LIF-2). Before, its first sweep
+// turned every sandbox of the fleet into lost.
+func TestLIF2_RestartOfTheControlPlaneLosesNoSandbox(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+	var sweeps *sweepCounter
+	h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
+		c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
+		c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
+	})
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	// The replica was down: its loops start five minutes after the host's last heartbeat.
+	clk.Add(5 * time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go h.s.Run(ctx)
+	sweeps.waitSweeps(t, false, 3)
+	if got := sandboxState(t, h.st, sb.ID); got != berth.SandboxRunning {
+		t.Fatalf("after the control plane's restart, a sandbox whose host it could not hear for 5 min is %s, want running", got)
+	}
+	sweeps.advance(t, clk, 91*time.Second) // now heard nothing from the host for a whole lease
+	waitUntil(t, "the sandbox lost once its host was silent for a lease the replica heard", func() (bool, string) {
+		st := sandboxState(t, h.st, sb.ID)
+		return st == berth.SandboxLost, string(st)
+	})
+}
+
+// TestLIF2_StalledStoreLosesNoSandbox: the store hangs for five minutes (a partition to
+// the database that drops packets: no error, just no answer) and then answers. Nothing failed,
+// but nothing was recorded either: the sweep that waited it out counts the time as deaf, and
+// the sandbox is lost only after a lease TTL of silence heard after it (LIF-2).
+func TestLIF2_StalledStoreLosesNoSandbox(t *testing.T) {
+	clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+	var sweeps *sweepCounter
+	h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
+		c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
+		c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
+	})
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go h.s.Run(ctx)
+	sweeps.waitSweeps(t, false, 1)
+	hang := func() { clk.Add(5 * time.Minute) }
+	sweeps.stall.Store(&hang)
+	sweeps.waitSweeps(t, false, 3)
+	if got := sandboxState(t, h.st, sb.ID); got != berth.SandboxRunning {
+		t.Fatalf("after the store hung for 5 min, a sandbox whose host no heartbeat could be recorded for is %s, want running", got)
+	}
+	sweeps.advance(t, clk, 91*time.Second)
+	waitUntil(t, "the sandbox lost once its host was silent for a lease after the stall", func() (bool, string) {
+		st := sandboxState(t, h.st, sb.ID)
+		return st == berth.SandboxLost, string(st)
+	})
+}
+
+// TestLIF2_StoreOutageLosesNoSandbox: PostgreSQL is down for five minutes (a failover that
+// went wrong) while the replica runs and the host keeps its sandbox. When the store answers
+// again, the replica does not declare the sandbox lost for the silence of the outage, in which
+// no heartbeat could be recorded; a whole lease TTL of silence after it, it does (LIF-2).
+func TestLIF2_StoreOutageLosesNoSandbox(t *testing.T) {
+	pg := pgtest.StartPrivate(t)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+	t0 := clk.Now()
+	_, err = st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Pool: berth.PoolEphemeral, Status: berth.AgentActive, IntakeOpen: true,
+		MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, MemoryMiBAdmittable: 4096, HeartbeatAt: t0}, t0)
+	must(t, err)
+	must(t, st.PutTemplate(ctx, berth.Template{Name: "python", MemoryMiB: 512, VCPUs: 1}))
+	must(t, tenantErr(st.PutTenant(ctx, berth.Tenant{Name: "acme", CreatedAt: t0})))
+	must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-1", Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxRunning, MemoryMiB: 512, VCPUs: 1, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, "test", t0))
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Clock, cfg.SweepInterval, cfg.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
+	sweeps := &sweepCounter{Store: st}
+	s := New(cfg, sweeps)
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go s.Run(runCtx)
+	sweeps.waitSweeps(t, false, 1)
+
+	pg.Stop(t)
+	clk.Add(5 * time.Minute) // the outage; the host keeps heartbeating into errors
+	sweeps.waitSweeps(t, true, 1)
+	pg.Start(t)
+	sweeps.waitSweeps(t, false, 3)
+	if got := sandboxState(t, st, "sb-1"); got != berth.SandboxRunning {
+		t.Fatalf("after a 5 min store outage, the sandbox of a host no heartbeat could be recorded for is %s, want running", got)
+	}
+	sweeps.advance(t, clk, 91*time.Second)
+	waitUntil(t, "the sandbox lost once its host was silent for a lease after the outage", func() (bool, string) {
+		st := sandboxState(t, st, "sb-1")
+		return st == berth.SandboxLost, string(st)
+	})
+	evs, err := st.Events(ctx, berth.EventFilter{Entity: "sandbox/sb-1"})
+	must(t, err)
+	if last := evs[len(evs)-1]; last.To != "lost" || !strings.Contains(last.Reason, "lease expired") {
+		t.Fatalf("last event %+v, want running → lost for an expired lease", last)
+	}
+}
