@@ -431,7 +431,7 @@ func newBenchAgentsCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			token := os.Getenv("BERTH_NODE_TOKEN")
 			if token == "" || server == "" {
-				return errors.New("set --server and BERTH_NODE_TOKEN")
+				return badInput("set --server and BERTH_NODE_TOKEN")
 			}
 			if count < 1 || count > 1000 {
 				return berth.Errorf(berth.EInvalidRequest, "--count must be 1..1000")

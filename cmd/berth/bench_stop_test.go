@@ -242,6 +242,19 @@ func TestBenchFleetFlagsNamed(t *testing.T) {
 	}
 }
 
+// TestBenchAgentsNeedsAServer: bench agents without --server or BERTH_NODE_TOKEN is a usage
+// error (exit 2, saying what to set), not a failure (exit 1) a script would retry.
+func TestBenchAgentsNeedsAServer(t *testing.T) {
+	t.Setenv("BERTH_NODE_TOKEN", "")
+	for _, args := range [][]string{{}, {"--server", "http://127.0.0.1:1"}} {
+		r := runCLI(t, "", append([]string{"bench", "agents"}, args...)...)
+		if r.code != exitInvalid {
+			t.Errorf("bench agents %v: exit %d, want %d", args, r.code, exitInvalid)
+		}
+		checkStderr(t, r.stderr, "set --server and BERTH_NODE_TOKEN")
+	}
+}
+
 // TestFleetReportRefusals: bench fleet prints refusals as "code N, code M", sorted, or
 // "none" — not a Go map.
 func TestFleetReportRefusals(t *testing.T) {
