@@ -200,7 +200,7 @@ func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, p principal
 	if a, err := s.store.Agent(r.Context(), id); err == nil {
 		s.sched.observe(a) // drained by the revoke: this replica stops placing on it at once
 	}
-	s.log.Warn("agent credentials revoked", "agent", id, "revoked", n, "by", "tenant/"+p.Tenant)
+	s.log.Warn("agent credentials revoked", "agent", id, "revoked", n, "by", p.actor())
 	httpjson.WriteJSON(w, http.StatusOK, map[string]any{"agent_id": id, "revoked": n})
 	return nil
 }

@@ -57,7 +57,7 @@ func (s *Server) recordApp(w http.ResponseWriter, r *http.Request, p principal, 
 	default:
 		a.State = berth.AppStopped
 	}
-	created, err := s.store.CreateApp(r.Context(), a, "tenant/"+p.Tenant, s.cfg.Clock())
+	created, err := s.store.CreateApp(r.Context(), a, p.actor(), s.cfg.Clock())
 	if errors.Is(err, berth.ErrAppExists) {
 		return berth.Errorf(berth.EConflict, "an app named %q exists (app names are unique across the fleet)", req.Name)
 	}
@@ -202,7 +202,7 @@ func (s *Server) changeApp(w http.ResponseWriter, r *http.Request, p principal, 
 	if _, err := s.appFor(r, p, name); err != nil {
 		return err
 	}
-	a, err := s.mutateApp(r.Context(), name, "tenant/"+p.Tenant, func(a *berth.App) error { fn(a); return nil })
+	a, err := s.mutateApp(r.Context(), name, p.actor(), func(a *berth.App) error { fn(a); return nil })
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.EAppNotFound, "no app %q", name)
 	}
@@ -223,7 +223,7 @@ func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request, p principal) 
 		if err != nil {
 			return err
 		}
-		err = s.store.DeleteApp(r.Context(), name, a.Revision, "tenant/"+p.Tenant, s.cfg.Clock())
+		err = s.store.DeleteApp(r.Context(), name, a.Revision, p.actor(), s.cfg.Clock())
 		if errors.Is(err, berth.ErrStaleRevision) {
 			continue
 		}

@@ -21,6 +21,15 @@ type principal struct {
 
 func (p principal) admin() bool { return p.Role == berth.RoleAdmin }
 
+// actor is who p is in an event's actor (LIF-3): "admin/<tenant>" for an admin key, so an
+// operator's drain or delete is not read as the tenant's own doing, else "tenant/<tenant>".
+func (p principal) actor() string {
+	if p.admin() {
+		return "admin/" + p.Tenant
+	}
+	return "tenant/" + p.Tenant
+}
+
 // HashKey returns the hex SHA-256 of an API key secret: the only form a key is stored in
 // (API-1). Keys are 256-bit random strings, so a fast hash is enough; no password stretching.
 func HashKey(secret string) string {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -95,6 +96,65 @@ func TestAppReasonBoundsCommandOutput(t *testing.T) {
 	for _, e := range evs {
 		if len(e.Reason) > 600 {
 			t.Fatalf("event %s>%s carries %d bytes of reason", e.From, e.To, len(e.Reason))
+		}
+	}
+}
+
+// TestEventActorNamesTheKeysRole (LIF-3): an event caused through the API names who caused it
+// — an admin key's drain and delete are "admin/<tenant>", a tenant key's create and delete
+// "tenant/<tenant>" — so an operator's action is never read as the tenant's own.
+func TestEventActorNamesTheKeysRole(t *testing.T) {
+	h := newHarness(t, 0)
+	ctx := context.Background()
+	tenantKey := NewKeySecret()
+	must(t, h.st.PutAPIKey(ctx, berth.APIKey{ID: "k-t", Tenant: "acme", Role: berth.RoleTenant, Hash: HashKey(tenantKey), CreatedAt: time.Now()}))
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	call := func(key, method, path, body string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+	}
+	code, sb, e := h.create(t) // the harness's key is acme's admin key
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	call(h.key, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "")
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes", strings.NewReader(`{"template":"python"}`))
+	req.Header.Set("Authorization", "Bearer "+tenantKey)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	var own berth.Sandbox
+	must(t, json.NewDecoder(resp.Body).Decode(&own))
+	resp.Body.Close()
+	call(tenantKey, http.MethodDelete, "/v1/sandboxes/"+own.ID, "")
+	call(h.key, http.MethodPost, "/v1/agents/a1/drain", `{"reason":"kernel upgrade"}`)
+
+	actors := func(entity string) map[string]string { // to → actor
+		evs, err := h.st.Events(ctx, berth.EventFilter{Entity: entity})
+		must(t, err)
+		m := map[string]string{}
+		for _, e := range evs {
+			m[e.To] = e.Actor
+		}
+		return m
+	}
+	for _, c := range []struct{ entity, to, want string }{
+		{"sandbox/" + sb.ID, string(berth.SandboxStarting), "admin/acme"},
+		{"sandbox/" + sb.ID, string(berth.SandboxStopping), "admin/acme"},
+		{"sandbox/" + own.ID, string(berth.SandboxStarting), "tenant/acme"},
+		{"sandbox/" + own.ID, string(berth.SandboxStopping), "tenant/acme"},
+		{"agent/a1", string(berth.AgentDraining), "admin/acme"},
+	} {
+		if got := actors(c.entity)[c.to]; got != c.want {
+			t.Errorf("%s → %s: actor %q, want %q (all: %v)", c.entity, c.to, got, c.want, actors(c.entity))
 		}
 	}
 }

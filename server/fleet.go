@@ -143,7 +143,7 @@ func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, p principal, d
 	if err != nil {
 		return err
 	}
-	err = s.store.SetAgentDrain(r.Context(), id, draining, b.Reason, "tenant/"+p.Tenant, s.cfg.Clock())
+	err = s.store.SetAgentDrain(r.Context(), id, draining, b.Reason, p.actor(), s.cfg.Clock())
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.ENotFound, "no agent %q", id)
 	}
@@ -801,7 +801,7 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request, p principal) e
 	if q.MaxSandboxes < 0 || q.MaxMemoryMiB < 0 || q.MaxSandboxes > 1_000_000 || q.MaxMemoryMiB > 1<<40 {
 		return berth.Errorf(berth.EInvalidRequest, "max_sandboxes and max_memory_mb must be between 0 (no limit) and sane bounds")
 	}
-	err := s.store.SetQuota(r.Context(), q, "tenant/"+p.Tenant, s.cfg.Clock())
+	err := s.store.SetQuota(r.Context(), q, p.actor(), s.cfg.Clock())
 	if errors.Is(err, berth.ErrNotFound) {
 		return berth.Errorf(berth.ENotFound, "no tenant %q", name)
 	}

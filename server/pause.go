@@ -35,7 +35,7 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, p principa
 		return berth.Errorf(berth.EConflict, "sandbox %s runs on agent/%s, whose runtime cannot checkpoint (gVisor can): it cannot be paused", sb.ID, sb.AgentID)
 	}
 	paused, res, err := s.checkpointSandbox(r.Context(), sb, []berth.SandboxState{berth.SandboxRunning},
-		berth.SandboxPausing, "pause requested", "tenant/"+p.Tenant)
+		berth.SandboxPausing, "pause requested", p.actor())
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, p princip
 	default:
 		return berth.Errorf(berth.EConflict, "sandbox %s is %s: only a paused sandbox can be resumed", sb.ID, sb.State)
 	}
-	placed, err := s.resume(r.Context(), sb, []berth.SandboxState{berth.SandboxPaused}, "tenant/"+p.Tenant)
+	placed, err := s.resume(r.Context(), sb, []berth.SandboxState{berth.SandboxPaused}, p.actor())
 	if err != nil {
 		return err
 	}

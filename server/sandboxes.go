@@ -102,7 +102,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p princip
 		return err
 	}
 	sb := s.newSandboxFor(req, t, p.Tenant, idem)
-	placed, replayed, err := s.createIdempotent(r.Context(), sb, req, "tenant/"+p.Tenant)
+	placed, replayed, err := s.createIdempotent(r.Context(), sb, req, p.actor())
 	switch {
 	case err != nil:
 		outcome = berth.ErrorCode(err)
@@ -331,7 +331,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p princip
 	if err != nil {
 		return err
 	}
-	actor := "tenant/" + p.Tenant
+	actor := p.actor()
 	if sb.State == berth.SandboxPaused {
 		// On no host: its image is all there is (PAUSE-1).
 		s.deleteImages(r.Context(), sb.ID+"/")
@@ -466,7 +466,7 @@ func execLost(err error, id string, waitS int) error {
 // ending frees its room, which no estimate foresees. The admin key is bounded as one more
 // principal: the bound is on memory held, not on trust.
 func (s *Server) holdExec(p principal, n int64) (release func(), err error) {
-	key, who := "tenant/"+p.Tenant, fmt.Sprintf("tenant %q", p.Tenant)
+	key, who := p.actor(), fmt.Sprintf("tenant %q", p.Tenant)
 	if p.admin() {
 		key, who = "admin", "the admin key"
 	}

@@ -233,7 +233,7 @@ class App:
 class Event:
     """One recorded state transition (LIF-3): ``entity`` is "<kind>/<id>" ("sandbox/sb-1",
     "app/web", "agent/a1"); ``from_`` and ``to`` the states ("" from for a creation);
-    ``actor`` who caused it ("tenant/default", "agent/a1", …)."""
+    ``actor`` who caused it ("tenant/acme", "admin/default" for an admin key, "agent/a1", …)."""
 
     id: int
     at: Optional[_dt.datetime]

@@ -140,7 +140,7 @@ export interface Event {
   from: string;
   to: string;
   reason: string;
-  /** Who caused it: "tenant/default", "agent/dev-agent-1", … */
+  /** Who caused it: "tenant/acme", "admin/default" (an admin key), "agent/dev-agent-1", … */
   actor: string;
 }
 
