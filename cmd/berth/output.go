@@ -106,12 +106,14 @@ func row(w io.Writer, cells ...any) {
 }
 
 // printable makes s safe for one table cell on a terminal: a line break or tab becomes a
-// space, and every other control character (ESC, BEL, C1 codes…) is shown escaped, as \x1b.
-// Cells carry tenants' text (an app's output tail in its reason, metadata), and raw escapes
-// would let one tenant rewrite or hide lines, set titles or write the clipboard in an
-// operator's terminal. JSON and YAML escape them already.
+// space, and every other control character (ESC, BEL, C1 codes…) is shown escaped, as \x1b,
+// as is every bidirectional control (U+202E RIGHT-TO-LEFT OVERRIDE…, as \u202e). Cells carry
+// tenants' text (an app's output tail in its reason, metadata), and raw escapes would let one
+// tenant rewrite or hide lines, set titles or write the clipboard in an operator's terminal;
+// a bidi override would show the rest of the cell, and the cells after it, reordered. JSON
+// and YAML escape the control characters already.
 func printable(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) {
+	if !strings.ContainsFunc(s, unsafeInCell) {
 		return s
 	}
 	var b strings.Builder
@@ -121,12 +123,17 @@ func printable(s string) string {
 			b.WriteByte(' ')
 		case unicode.IsControl(r):
 			fmt.Fprintf(&b, "\\x%02x", r)
+		case unicode.Is(unicode.Bidi_Control, r):
+			fmt.Fprintf(&b, "\\u%04x", r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
 }
+
+// unsafeInCell reports a rune printable shows escaped: a control or bidi control character.
+func unsafeInCell(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) }
 
 func sandboxTable(sbs ...berth.Sandbox) table {
 	return func(w io.Writer) {

@@ -207,13 +207,14 @@ func TestPrinter_NilListIsEmptyArray(t *testing.T) {
 
 // A table never passes a control character to the terminal: tenants' text (an app's output
 // tail in its reason) could otherwise rewrite the operator's screen or clipboard (review
-// finding F2). Line breaks and tabs become spaces, the rest is shown escaped.
+// finding F2), nor a bidi control that reorders what follows (U+202E). Line breaks and tabs
+// become spaces, the rest is shown escaped.
 func TestPrinter_TableShowsControlCharactersEscaped(t *testing.T) {
 	cmd := &cobra.Command{}
 	p := withOutput(cmd, outTable)
 	var out strings.Builder
 	cmd.SetOut(&out)
-	app := berth.App{Name: "hider", Reason: "tail:\n\x1b[2K\x1b[1A\x1b]52;c;ZWNobw==\x07\tend\u009b"}
+	app := berth.App{Name: "hider", Reason: "tail:\n\x1b[2K\x1b[1A\x1b]52;c;ZWNobw==\x07\tend\u009b\u202edegats\u2066"}
 	if err := p.print(cmd, []berth.App{app}, appTable(app)); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,10 @@ func TestPrinter_TableShowsControlCharactersEscaped(t *testing.T) {
 	if strings.ContainsFunc(strings.TrimSuffix(strings.ReplaceAll(got, "\n", ""), ""), unicode.IsControl) {
 		t.Errorf("table output holds a control character: %q", got)
 	}
-	if want := `tail: \x1b[2K\x1b[1A\x1b]52;c;ZWNobw==\x07 end\x9b`; !strings.Contains(got, want) {
+	if strings.ContainsFunc(got, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }) {
+		t.Errorf("table output holds a bidi control (it would reorder what follows): %q", got)
+	}
+	if want := `tail: \x1b[2K\x1b[1A\x1b]52;c;ZWNobw==\x07 end\x9b\u202edegats\u2066`; !strings.Contains(got, want) {
 		t.Errorf("table output %q; want the reason shown as %q", got, want)
 	}
 }
