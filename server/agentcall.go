@@ -196,8 +196,8 @@ type cancelCloser struct {
 
 func (c cancelCloser) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
-// errUnreachable marks an agent call that got no (whole) answer: what it did on the agent
-// is unknown. ErrorCode still reads it as unavailable.
+// errUnreachable marks an agent call that got no (whole) answer, or an answer that is not
+// the agent's: what it did on the agent is unknown. ErrorCode still reads it as unavailable.
 var errUnreachable = errors.New("no answer from the agent")
 
 // errNotConnected marks an agent call that never reached the agent: the connection was
@@ -205,10 +205,15 @@ var errUnreachable = errors.New("no answer from the agent")
 // is the leases' business (LIF-2), not a create failure of a reachable host (PLC-9).
 var errNotConnected = errors.New("could not connect to the agent")
 
-// notConnected reports whether err, from an HTTP round trip, failed while dialing.
+// notConnected reports whether err, from an HTTP round trip, failed before anything of the
+// request was sent: while dialing, or in a TLS handshake the replica gave up on (the agent's
+// certificate not trusted, an answer that is not TLS). A TLS alert is not counted: in TLS 1.3
+// the server's refusal of a client certificate can come after the request was written.
 func notConnected(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var cert *tls.CertificateVerificationError
+	var notTLS tls.RecordHeaderError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &cert) || errors.As(err, &notTLS)
 }
 
 // unreachable returns an unavailable error that is also errUnreachable.
@@ -244,7 +249,10 @@ func agentErrorBody(b []byte, status string) error {
 		}
 		return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}
 	}
-	return berth.Errorf(berth.EUnavailable, "agent answered %s", status)
+	// Not the agent's answer — a proxy's page, a crash's text, an error cut past what is read
+	// — so what the call did is unknown (errUnreachable): an exec answered so may have run
+	// (found by an attack: a 502 page after the command ran was a retryable 503).
+	return unreachable("agent answered %s", status)
 }
 
 func (c *agentCaller) drain(ctx context.Context, at agentAt, draining bool, reason string) error {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,8 +16,9 @@ import (
 // TestExecWhoseAnswerIsLostIsOutcomeUnknown (API-2; found by an attack): an exec that reached
 // its host and got no whole answer back may have run, so it is 504 outcome_unknown, not
 // retryable and with no Retry-After — never 503 unavailable, which says "nothing happened,
-// try again". An exec that never reached its host (the dial was refused) ran nothing and
-// stays 503 unavailable, retryable. The replica itself sends each exec once.
+// try again"; so may an answer that is not the agent's (a proxy's page, an error cut short).
+// An exec that never reached its host (the dial was refused, or the TLS handshake failed)
+// ran nothing and stays 503 unavailable, retryable. The replica itself sends each exec once.
 func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -37,7 +39,18 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 			_, _ = io.WriteString(w, `{"exit_code":`)
 		}, http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"a proxy before the host answers a 502 page", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
+		}, http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host's error is longer than the replica reads", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"error":{"code":"conflict","message":"`+strings.Repeat("x", 70<<10)+`"}}`)
+		}, http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
 		{"the host refuses the connection", nil, http.StatusServiceUnavailable, berth.EUnavailable, 0},
+		{"the host's TLS certificate is not trusted", nil, http.StatusServiceUnavailable, berth.EUnavailable, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, 0)
@@ -60,7 +73,15 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 			if code != http.StatusCreated {
 				t.Fatalf("create: %d %+v", code, e)
 			}
-			if c.answer == nil {
+			switch {
+			case strings.Contains(c.name, "TLS"):
+				// The host now answers in TLS with a certificate the replica does not trust:
+				// the handshake fails before any of the exec is sent.
+				tlsAgent := httptest.NewTLSServer(agent.Config.Handler)
+				t.Cleanup(tlsAgent.Close)
+				h.heartbeat(t, "a1", tlsAgent.URL, 1<<20)
+				must(t, h.s.sched.refresh(context.Background())) // the replica calls the new address
+			case c.answer == nil:
 				agent.Close() // its address now refuses connections: nothing can reach the host
 			}
 			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/exec",

@@ -23,11 +23,18 @@ type sweepCounter struct {
 	ok, failed atomic.Int64
 	// stall, when set, runs inside the next sweep's store call (once): a store that hangs.
 	stall atomic.Pointer[func()]
+	// failing fails every sweep's store call while set: a store that errs for a while (the
+	// real outage is TestLIF2_StoreOutageLosesNoSandbox's).
+	failing atomic.Bool
 }
 
 func (s *sweepCounter) SweepReservations(ctx context.Context, now time.Time) (int, error) {
 	if f := s.stall.Swap(nil); f != nil {
 		(*f)()
+	}
+	if s.failing.Load() {
+		s.failed.Add(1)
+		return 0, berth.Errorf(berth.EUnavailable, "store failing (injected)")
 	}
 	n, err := s.Store.SweepReservations(ctx, now)
 	if err != nil {
@@ -60,7 +67,7 @@ func (s *sweepCounter) advance(t *testing.T, clk *fakeClock, d time.Duration) {
 	t.Helper()
 	for step := 5 * time.Second; d > 0; d -= step {
 		clk.Add(min(step, d))
-		s.waitSweeps(t, false, 1)
+		s.waitSweeps(t, s.failing.Load(), 1)
 	}
 }
 
@@ -140,6 +147,46 @@ func TestLIF2_StalledStoreLosesNoSandbox(t *testing.T) {
 	})
 }
 
+// TestLIF2_ShortStoreTroubleHoldsNoLease: a store that fails the replica's sweeps for 20 s, or
+// takes 20 s to answer one, defers nothing — an agent can cause that much on a shared store
+// (an attack: SQLITE_BUSY from eight large heartbeats at once), and must not hold a dead
+// host's lease open with it. The host silent for its lease is lost at once after (LIF-2).
+func TestLIF2_ShortStoreTroubleHoldsNoLease(t *testing.T) {
+	for _, name := range []string{"failing", "hanging"} {
+		t.Run(name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+			var sweeps *sweepCounter
+			h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
+				c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
+				c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
+			})
+			agent := newFakeAgent(t, "")
+			h.heartbeat(t, "a1", agent.srv.URL, 4096)
+			code, sb, e := h.create(t)
+			if code != http.StatusCreated {
+				t.Fatalf("create: %d %+v", code, e)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			go h.s.Run(ctx)
+			sweeps.waitSweeps(t, false, 1)         // the replica hears from the host's last heartbeat on
+			sweeps.advance(t, clk, 70*time.Second) // the host died at its last heartbeat
+			if name == "failing" {
+				sweeps.failing.Store(true)
+				sweeps.advance(t, clk, 20*time.Second)
+				sweeps.failing.Store(false)
+			} else {
+				hang := func() { clk.Add(20 * time.Second) }
+				sweeps.stall.Store(&hang)
+			}
+			waitUntil(t, "the dead host's sandbox lost right after 20 s of store trouble", func() (bool, string) {
+				st := sandboxState(t, h.st, sb.ID)
+				return st == berth.SandboxLost, string(st)
+			})
+		})
+	}
+}
+
 // TestLIF2_StoreOutageLosesNoSandbox: PostgreSQL is down for five minutes (a failover that
 // went wrong) while the replica runs and the host keeps its sandbox. When the store answers
 // again, the replica does not declare the sandbox lost for the silence of the outage, in which
@@ -172,8 +219,11 @@ func TestLIF2_StoreOutageLosesNoSandbox(t *testing.T) {
 	sweeps.waitSweeps(t, false, 1)
 
 	pg.Stop(t)
-	clk.Add(5 * time.Minute) // the outage; the host keeps heartbeating into errors
 	sweeps.waitSweeps(t, true, 1)
+	for range 60 { // a 5 min outage; the host keeps heartbeating into errors
+		clk.Add(5 * time.Second)
+		sweeps.waitSweeps(t, true, 1)
+	}
 	pg.Start(t)
 	sweeps.waitSweeps(t, false, 3)
 	if got := sandboxState(t, st, "sb-1"); got != berth.SandboxRunning {
