@@ -274,13 +274,21 @@ func TestDecodeError(t *testing.T) {
 	}
 }
 
-// A proxy's non-JSON page reaches the caller as a synthesised *berth.Error.
+// A proxy's non-JSON page reaches the caller as a synthesised *berth.Error: unavailable for
+// a call sent once that does nothing twice (drain), outcome_unknown, not retryable, for an
+// exec, whose command may have run behind the proxy (found by an attack).
 func TestProxyPageBecomesAnError(t *testing.T) {
-	srv, _ := newScripted(t, reply{status: 502, body: "<html>bad gateway</html>"})
-	_, err := New(srv.URL, "k").Exec(context.Background(), "sb-1", berth.ExecRequest{Cmd: []string{"true"}})
+	srv, _ := newScripted(t, reply{status: 502, body: "<html>bad gateway</html>"}, reply{status: 502, body: "<html>bad gateway</html>"})
+	c := New(srv.URL, "k")
+	err := c.DrainAgent(context.Background(), "a-1", "maintenance")
 	var be *berth.Error
 	if !errors.As(err, &be) || be.Code != berth.EUnavailable {
-		t.Errorf("err = %v, want code unavailable", err)
+		t.Errorf("drain: err = %v, want code unavailable", err)
+	}
+	_, err = c.Exec(context.Background(), "sb-1", berth.ExecRequest{Cmd: []string{"true"}})
+	if !errors.As(err, &be) || be.Code != berth.EOutcomeUnknown || be.Retryable() || IsUnreachable(err) ||
+		!strings.Contains(err.Error(), "bad gateway") {
+		t.Errorf("exec: err = %v, want code outcome_unknown, not retryable, naming the proxy's answer", err)
 	}
 }
 

@@ -28,6 +28,10 @@ type request struct {
 	contentType string
 	// idempotent calls are retried (SDK-1).
 	idempotent bool
+	// runsTwice marks a call that, sent twice, does its work twice (exec: the command runs
+	// again). When it may have reached Berth and no answer of Berth's came back, its error is
+	// outcome_unknown, never a retryable one (outcomeUnknown).
+	runsTwice bool
 	// idempotencyKey, when set, is sent with the first-attempt time on every attempt (SDK-3).
 	idempotencyKey string
 }
@@ -80,6 +84,9 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 		case err != nil:
 			noAnswer = &TransportError{Method: r.method, Path: r.path, Server: c.baseURL, Err: err}
 			var cut *attemptTimeoutError
+			if r.runsTwice && !notSent(err) {
+				return response{}, outcomeUnknown(noAnswer, noAnswer.Reason())
+			}
 			if !r.idempotent || !(connectionFailure(err) || errors.As(err, &cut)) {
 				return response{}, noAnswer
 			}
@@ -95,6 +102,10 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 			// 429 returns at once. The server refuses it before doing anything, so it is
 			// retried for any call, idempotent or not.
 			rateLimited := resp.status == http.StatusTooManyRequests && e.Code == berth.ERateLimited
+			if r.runsTwice && retryableStatus(resp.status) && !berthAnswer(resp.body) {
+				// A proxy's 502/503/504 page: whether Berth got the call is unknown.
+				return response{}, outcomeUnknown(e, e.Message)
+			}
 			if !rateLimited && !(r.idempotent && retryableStatus(resp.status)) {
 				return response{}, e
 			}

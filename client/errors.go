@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,11 +107,46 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // "cannot resolve host.example: no such host"), without net/http's framing.
 func (e *TransportError) Reason() string { return transportReason(e.Err) }
 
+// outcomeUnknown is the error of a call that does its work again when sent again (exec:
+// request.runsTwice) when the request may have reached Berth but no answer of Berth's came back: the
+// connection broke or timed out after it was sent, or a proxy answered 502/503/504 with a
+// page of its own. It is a *berth.Error with code outcome_unknown, not retryable, its Cause
+// the transport error or the proxy's answer: the call may have been done (an exec's command
+// may have run), so it is the caller's to check before sending it again — never a
+// "try again later" (found by an attack: `berth sandbox exec` exited 3, "retry", after the
+// server had read the exec and hung up).
+func outcomeUnknown(cause error, why string) *berth.Error {
+	return berth.Wrap(berth.EOutcomeUnknown, cause, "%s, after the request was sent: it may have been done; check before sending it again", why)
+}
+
+// notSent reports whether a transport error means nothing of the request reached the server:
+// the dial failed (refused, unreachable, the name did not resolve, the connect timed out), the
+// TLS handshake failed (an untrusted certificate, an answer that is not TLS), or the server had
+// closed the idle connection the request was to go on. A TLS alert is not counted: in TLS 1.3
+// a refused client certificate can be told after the request was written.
+func notSent(err error) bool {
+	var op *net.OpError
+	var cert *tls.CertificateVerificationError
+	var notTLS tls.RecordHeaderError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &cert) || errors.As(err, &notTLS) ||
+		strings.Contains(err.Error(), "server closed idle connection")
+}
+
+// berthAnswer reports whether body is Berth's error envelope (API-2).
+func berthAnswer(body []byte) bool {
+	var eb berth.ErrorBody
+	return json.Unmarshal(body, &eb) == nil && eb.Error.Code != ""
+}
+
 // IsUnreachable reports whether err says the server could not be reached: a *TransportError
 // from a connection failure (refused, reset, DNS, any dial error, a hang-up before the
 // answer) or a timeout, or a *CapacityUnavailable whose last attempt was one. A TLS or URL
 // error is not "unreachable": retrying later does not fix it.
 func IsUnreachable(err error) bool {
+	var be *berth.Error
+	if errors.As(err, &be) && be.Code == berth.EOutcomeUnknown {
+		return false // it was reached, or may have been: see outcomeUnknown
+	}
 	var te *TransportError
 	if !errors.As(err, &te) {
 		var cu *CapacityUnavailable

@@ -192,6 +192,41 @@ func TestNonIdempotentCallsAreNotRetried(t *testing.T) {
 	}
 }
 
+// An exec that may have reached the server and got no answer of Berth's — the server hung up
+// after reading it, or a proxy answered 503 with its own page — is outcome_unknown, not
+// retryable and not "unreachable" (so `berth sandbox exec` exits 1, not 3's "try again"),
+// sent once; one that never left (connection refused) is still an unreachable transport error.
+func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
+	exec := func(c *Client) error {
+		_, err := c.Exec(context.Background(), "sb-1", berth.ExecRequest{Cmd: []string{"true"}})
+		return err
+	}
+	for name, r := range map[string]reply{
+		"hang-up after the request": {hangup: true},
+		"a proxy's 503 page":        {status: 503, body: "<html>no healthy upstream</html>"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv, s := newScripted(t, r, reply{status: 200, body: "{}"})
+			err := exec(New(srv.URL, "k"))
+			var be *berth.Error
+			if !errors.As(err, &be) || be.Code != berth.EOutcomeUnknown || be.Retryable() || IsUnreachable(err) ||
+				!strings.Contains(err.Error(), "may have been done") {
+				t.Errorf("err = %v, want outcome_unknown, not retryable, not unreachable", err)
+			}
+			if len(s.Seen()) != 1 {
+				t.Errorf("sent %d times, want once", len(s.Seen()))
+			}
+		})
+	}
+	srv, _ := newScripted(t)
+	srv.Close() // its port now refuses: nothing is sent
+	err := exec(New(srv.URL, "k"))
+	var te *TransportError
+	if !errors.As(err, &te) || !IsUnreachable(err) || berth.ErrorCode(err) == berth.EOutcomeUnknown {
+		t.Errorf("refused: err = %v, want an unreachable *TransportError", err)
+	}
+}
+
 // A 429 rate_limited is answered before the server does anything (a tenant over its request
 // rate, an exec over a bound of execs in flight), so even the calls sent exactly once are
 // sent again after its Retry-After, with the same body; other refusals of them still return

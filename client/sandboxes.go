@@ -87,14 +87,16 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (berth.Sandbox, e
 // Exec runs a command in a sandbox and returns its exit code and captured output (POST
 // /v1/sandboxes/{id}/exec). It is resent only on 429 rate_limited, which the server answers
 // before running anything; any other failure returns as it came: running a command twice is
-// not harmless. A 504 outcome_unknown (*berth.Error) means the exec reached the sandbox's host
-// but its answer was lost: the command may have run. A non-zero exit code is a result, not an
-// error.
+// not harmless. An outcome_unknown *berth.Error means the command may have run: the server's
+// 504 (the exec reached the sandbox's host, its answer was lost), or no answer of Berth's
+// after the request was sent (the connection broke or timed out, or a proxy answered
+// 502/503/504 with its own page). A non-zero exit code is a result, not an error.
 func (c *Client) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
 	r, err := jsonRequest(http.MethodPost, sandboxPath(id)+"/exec", req, false)
 	if err != nil {
 		return berth.ExecResult{}, err
 	}
+	r.runsTwice = true
 	var res berth.ExecResult
 	return res, c.call(ctx, r, &res)
 }

@@ -31,7 +31,8 @@ certificate --ca does not vouch for, or the server's 400/404/413: invalid_reques
 *_not_found, request_too_large); 3 refused or
 unreachable (a 503 the server asks to retry, capacity still unavailable after --wait, or no
 answer from the server: connection refused, DNS, timeout); 1 anything else (401, 403, 409,
-500, an app's 502, local I/O errors). The CLI's own messages are the stderr lines that
+500, an app's 502, an exec whose command may have run but whose answer was lost:
+outcome_unknown, local I/O errors). The CLI's own messages are the stderr lines that
 start with "berth: "; a sandboxed command's stderr is passed through as it is.`
 
 // exitCode maps an error of any berth command to its exit code. One rule for every command
@@ -54,7 +55,8 @@ start with "berth: "; a sandboxed command's stderr is passed through as it is.`
 //     SDK gave up at --wait, or at once on a Retry-After past it, C30), and a server that
 //     cannot be reached (client.IsUnreachable: connection refused or reset, DNS, a dial
 //     error, a timeout, a hang-up before the answer) — also for calls the SDK never retries
-//     (exec, drain).
+//     (drain), but not for an exec that may have reached the server (the client's
+//     outcome_unknown: exit 1, as its command may have run).
 //   - 1, anything else: 401 unauthorized, 403 forbidden and tenant_over_quota, 409 conflict
 //     and app_stopped, 500 internal, 501, a non-retryable 502 (app_error…), 504 outcome_unknown
 //     (an exec that may have run: running it again is the user's call), TLS failures, an

@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _retry
 from .errors import (
-    INTERNAL, INVALID_REQUEST, RATE_LIMITED, UNAVAILABLE, BerthError, CapacityUnavailable,
+    INTERNAL, INVALID_REQUEST, OUTCOME_UNKNOWN, RATE_LIMITED, UNAVAILABLE, BerthError, CapacityUnavailable,
     InvalidRequest, TransportError, error_for,
 )
 from .models import APIKeySecret, App, AppSpec, Event, ExecResult, Retry, Sandbox, Template, Tenant
@@ -89,6 +89,10 @@ class _Request:
     idempotent: bool = False
     idempotency_key: str = ""
     own_timeout_s: float = 0.0  # the call's own per-attempt bound, when longer (C28)
+    # Sent twice, it does its work twice (exec: the command runs again). When it may have
+    # reached Berth and no answer of Berth's came back, it raises outcome_unknown, never a
+    # retryable error.
+    runs_twice: bool = False
 
 
 @dataclass
@@ -199,6 +203,11 @@ class Client:
             try:
                 resp = self._once(r, start_wall, attempt + 1)
             except _NoAnswer as na:
+                if r.runs_twice and not _not_sent(na.err):
+                    raise TransportError(r.method, r.path, self.url,
+                                         _reason(na.err) + ", after the request was sent: it may have been done;"
+                                         " check before sending it again",
+                                         unreachable=False, code=OUTCOME_UNKNOWN) from na.err
                 no_answer = TransportError(r.method, r.path, self.url, _reason(na.err),
                                            unreachable=_retried_failure(na.err))
                 if not r.idempotent or not no_answer.unreachable:
@@ -213,6 +222,10 @@ class Client:
                 # exec over a bound of execs in flight), for any call: the server refused it
                 # before doing anything.
                 rate_limited = resp.status == 429 and e.code == RATE_LIMITED
+                if r.runs_twice and _retryable_status(resp.status) and not _berth_answer(resp.body):
+                    # A proxy's 502/503/504 page: whether Berth got the call is unknown.
+                    raise BerthError(OUTCOME_UNKNOWN, e.message + ", after the request was sent: it may have been done;"
+                                     " check before sending it again", retryable=False, status=resp.status) from e
                 if not rate_limited and not (r.idempotent and _retryable_status(resp.status)):
                     raise e
                 last = e
@@ -305,6 +318,23 @@ def _unwrap(err: BaseException) -> BaseException:
             and isinstance(err.reason, BaseException):
         err = err.reason
     return err
+
+
+def _not_sent(err: BaseException) -> bool:
+    """Whether nothing of the request reached the server: urllib raises URLError only while
+    connecting and sending (refused, DNS, a connect timeout, TLS, a send cut short, so the
+    server never had the whole request); a failure while waiting for the answer is raw."""
+    return isinstance(err, urllib.error.URLError)
+
+
+def _berth_answer(body: bytes) -> bool:
+    """Whether body is Berth's error envelope (API-2)."""
+    try:
+        env = json.loads(body)
+    except ValueError:
+        return False
+    det = env.get("error") if isinstance(env, dict) else None
+    return isinstance(det, dict) and isinstance(det.get("code"), str) and bool(det["code"])
 
 
 def _retried_failure(err: BaseException) -> bool:
@@ -451,9 +481,11 @@ class Sandboxes:
         default 60; a timed-out command exits −1. Resent only on 429 rate_limited, which the
         server answers before running anything: running a command twice is not harmless, so any
         other refusal or a lost connection raises as it came (RetryableError, TransportError),
-        and a 504 ``outcome_unknown`` (BerthError: the exec reached the sandbox's host but its
-        answer was lost) means the command may have run. Raises Conflict when the sandbox is
-        not running."""
+        and ``outcome_unknown`` means the command may have run: the server's 504 (the exec
+        reached the sandbox's host, its answer was lost), or no answer of Berth's after the
+        request was sent (a TransportError with that code: the connection broke or timed out;
+        or a BerthError: a proxy's 502/503/504 page). Neither is retryable. Raises Conflict
+        when the sandbox is not running."""
         if isinstance(cmd, (str, bytes)):
             raise TypeError("cmd is an argv list, e.g. ['sh', '-c', 'echo hi'], not a string")
         if isinstance(stdin, bytes):
@@ -462,7 +494,7 @@ class Sandboxes:
         s = timeout_s if timeout_s and timeout_s > 0 else _DEFAULT_EXEC_S
         r = _Request("POST", "/v1/sandboxes/" + _seg(sandbox_id) + "/exec", body=_json_body(body),
                      content_type="application/json", idempotent=False,
-                     own_timeout_s=min(s, _MAX_EXEC_S) + _ATTEMPT_MARGIN_S)
+                     own_timeout_s=min(s, _MAX_EXEC_S) + _ATTEMPT_MARGIN_S, runs_twice=True)
         return ExecResult.from_json(self._c._call(r) or {})
 
     def write_file(self, sandbox_id: str, path: str, data: Union[bytes, bytearray, str]) -> None:

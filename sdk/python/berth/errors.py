@@ -19,9 +19,10 @@ Branch on the class or on ``code`` (stable strings, docs/API.md "Errors"), never
     └── CapacityUnavailable          a retried call ran out of patience (SDK-2): park the work
                                      as waiting, not failed
 
-``outcome_unknown`` (504: an exec reached its sandbox's host, but no whole answer came back,
-so the command may have run) raises BerthError itself: it is not retryable, and running the
-command again is the caller's decision. Any other code (one added after this SDK) raises
+``outcome_unknown`` (an exec whose command may have run: the server's 504, the exec reached
+its sandbox's host but no whole answer came back; or no answer of Berth's after the request
+was sent, a TransportError with that code) raises BerthError itself: it is not retryable, and
+running the command again is the caller's decision. Any other code (one added after this SDK) raises
 BerthError itself with that code.
 """
 
@@ -138,11 +139,14 @@ class TransportError(BerthError):
     retried (exec, …), or a failure SDK-1 does not retry (TLS), raises it; the underlying
     exception is ``__cause__``. ``code`` is ``"unavailable"``; ``unreachable`` (and
     ``retryable``) is True when trying later may help (a connection failure or a timeout),
-    False for TLS and URL errors.
+    False for TLS and URL errors. An exec that may have reached the server (the connection
+    broke or timed out after it was sent) has code ``"outcome_unknown"`` and is neither: its
+    command may have run.
     """
 
-    def __init__(self, method: str, path: str, server: str, reason: str, *, unreachable: bool) -> None:
-        super().__init__(UNAVAILABLE, f"{method} {path}: no answer from {server}: {reason}",
+    def __init__(self, method: str, path: str, server: str, reason: str, *, unreachable: bool,
+                 code: str = UNAVAILABLE) -> None:
+        super().__init__(code, f"{method} {path}: no answer from {server}: {reason}",
                          retryable=unreachable)
         self.method = method
         self.path = path

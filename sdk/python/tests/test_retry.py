@@ -232,6 +232,28 @@ class WhatIsRetried(RetryCase):
         self.assertEqual(s.requests()[0].body, b'{"cmd":["python3","-c","print(2+2)"],"timeout_s":5}')
         self.assertNotIn("Idempotency-Key", s.requests()[0].headers)
 
+    def test_exec_whose_answer_is_lost_is_outcome_unknown(self) -> None:
+        # An exec that may have reached Berth with no answer of Berth's back may have run:
+        # outcome_unknown, not retryable, sent once (the Go SDK's
+        # TestExecWhoseAnswerIsLostIsOutcomeUnknown). One that never left stays unreachable.
+        ran = Reply(200, {"exit_code": 0, "stdout": "", "stderr": ""})
+        for reply, kind in ((Reply(hangup=True), TransportError),
+                            (Reply(503, b"<html>no healthy upstream</html>"), BerthError)):
+            with self.subTest(hangup=reply.hangup):
+                s = self.server(reply, ran)
+                with self.assertRaises(kind) as cm:
+                    self.client(s.url, FakeClock(time.time())).sandboxes.exec("sb-1", ["true"])
+                e = cm.exception
+                self.assertEqual(e.code, "outcome_unknown", str(e))
+                self.assertFalse(e.retryable)
+                self.assertNotIsInstance(e, RetryableError)
+                self.assertIn("may have been done", str(e))
+                self.assertEqual(len(s.requests()), 1)
+        with self.assertRaises(TransportError) as cm:
+            self.client(refused_url(), FakeClock(time.time())).sandboxes.exec("sb-1", ["true"])
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.assertTrue(cm.exception.unreachable)
+
     def test_rate_limited_exec_is_sent_again(self) -> None:
         # A 429 rate_limited is answered before anything runs, so even exec is sent again,
         # after its Retry-After, with the same body (the Go SDK's TestRateLimitedIsRetriedForEveryCall).

@@ -99,6 +99,12 @@ interface Request {
   idempotencyKey?: string;
   /** This call's own per-attempt bound, seconds, when longer than the client's (C28). */
   ownAttemptS?: number;
+  /**
+   * Sent twice, it does its work twice (exec: the command runs again). When it may have
+   * reached Berth and no answer of Berth's came back, it rejects with outcome_unknown, never
+   * a retryable error.
+   */
+  runsTwice?: boolean;
   signal?: AbortSignal | undefined;
 }
 
@@ -273,6 +279,7 @@ export class Berth {
       } catch (err) {
         if (r.signal?.aborted) throw abortReason(r.signal);
         noAnswer = new TransportError(r.method, r.path, this.url, transportReason(err, this.url), err);
+        if (r.runsTwice && !notSent(err)) throw outcomeUnknown(`no answer from ${this.url}: ${noAnswer.reason}`, noAnswer);
         if (!r.idempotent || !(err instanceof AttemptTimeout || connectionFailure(err))) throw noAnswer;
         last = new BerthError({
           code: "unavailable", message: `no answer from ${this.url}: ${noAnswer.reason}`, retryable: true, cause: noAnswer,
@@ -286,6 +293,8 @@ export class Berth {
         // over a bound of execs in flight), for any call: the server refused it before doing
         // anything.
         const rateLimited = answer.status === 429 && e.code === "rate_limited";
+        // A proxy's 502/503/504 page: whether Berth got the call is unknown.
+        if (r.runsTwice && retryableStatus(answer.status) && !berthAnswer(answer.body)) throw outcomeUnknown(e.message, e);
         if (!rateLimited && !(r.idempotent && retryableStatus(answer.status))) throw e;
         last = e;
         hintS = retryAfterFromHeaders(answer.headers, now);
@@ -462,6 +471,44 @@ function connectionFailure(err: unknown): boolean {
   return errorCodes(err).some((c) => CONNECTION_FAILURES.has(c));
 }
 
+/**
+ * Failures in which nothing of the request reached the server: the connect failed (refused,
+ * unreachable, the name did not resolve, the connect timed out) or the server's certificate
+ * was refused. Any other failure may come after the request was written.
+ */
+const NOT_SENT = new Set([
+  "ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "SELF_SIGNED_CERT_IN_CHAIN", "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "CERT_HAS_EXPIRED", "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+function notSent(err: unknown): boolean {
+  return errorCodes(err).some((c) => NOT_SENT.has(c));
+}
+
+/** Whether body is Berth's error envelope (API-2). */
+function berthAnswer(body: Uint8Array): boolean {
+  try {
+    const eb = JSON.parse(new TextDecoder().decode(body)) as { error?: { code?: unknown } } | null;
+    return typeof eb?.error?.code === "string" && eb.error.code !== "";
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The rejection of a call that does its work again when sent again (exec) when the request may
+ * have reached Berth but no answer of Berth's came back: outcome_unknown, not retryable — the
+ * command may have run, so sending it again is the caller's decision (found by an attack: a
+ * proxy's 504 page after the exec ran was "unavailable", retryable).
+ */
+function outcomeUnknown(why: string, cause: unknown): BerthError {
+  return new BerthError({
+    code: "outcome_unknown", retryable: false, cause,
+    message: `${why}, after the request was sent: it may have been done; check before sending it again`,
+  });
+}
+
 /** Why a request got no answer, in a few words, for people. */
 function transportReason(err: unknown, url: string): string {
   if (err instanceof AttemptTimeout) return err.message;
@@ -543,14 +590,17 @@ export class Sandboxes {
   /**
    * Runs a command and returns its exit code and output (POST /v1/sandboxes/{id}/exec). Resent
    * only on 429 rate_limited, which the server answers before running anything; any other
-   * failure rejects as it came: running a command twice is not harmless. A 504
-   * `outcome_unknown` means the exec reached the sandbox's host but its answer was lost: the
-   * command may have run. A non-zero exit code is a result, not an error. `cmd` is the argv,
+   * failure rejects as it came: running a command twice is not harmless. A BerthError
+   * `outcome_unknown` means the command may have run: the server's 504 (the exec reached the
+   * sandbox's host, its answer was lost), or no answer of Berth's after the request was sent
+   * (the connection broke or timed out, or a proxy answered 502/503/504 with its own page).
+   * A non-zero exit code is a result, not an error. `cmd` is the argv,
    * or the whole request.
    */
   exec(id: string, cmd: string[] | ExecRequest, options?: CallOptions): Promise<ExecResult> {
     const req: ExecRequest = Array.isArray(cmd) ? { cmd } : cmd;
     const r = jsonRequest("POST", `${sandboxPath(id)}/exec`, req, false, options);
+    r.runsTwice = true;
     const s = req.timeout_s !== undefined && req.timeout_s > 0 ? req.timeout_s : DEFAULT_EXEC_S;
     r.ownAttemptS = Math.min(s, MAX_EXEC_S) + ATTEMPT_MARGIN_S;
     return call<ExecResult>(this.#send, r);

@@ -282,6 +282,29 @@ describe("what is not retried", () => {
     });
   });
 
+  test("an exec whose answer is lost is outcome_unknown: a hang-up after the request, a proxy's 504 page", async () => {
+    // The command may have run: not retryable, sent once (the Go SDK's
+    // TestExecWhoseAnswerIsLostIsOutcomeUnknown).
+    const lost = [
+      (req, res) => req.socket.destroy(),
+      (_req, res) => {
+        res.writeHead(504, { "content-type": "text/html" });
+        res.end("<html>504 Gateway Time-out</html>");
+      },
+    ];
+    for (const handler of lost) {
+      await withServer(handler, async (srv) => {
+        const berth = new Berth({ url: srv.url, key: "k", clock: fakeClock() });
+        const err = await berth.sandboxes.exec("sb-1", ["true"]).catch((e) => e);
+        assert.ok(err instanceof BerthError && !(err instanceof CapacityUnavailable), String(err));
+        assert.equal(err.code, "outcome_unknown", String(err));
+        assert.equal(err.retryable, false);
+        assert.match(err.message, /may have been done/);
+        assert.equal(srv.requests.length, 1);
+      });
+    }
+  });
+
   test("exec on a server that cannot be reached throws a TransportError at once", async () => {
     const port = await closedPort();
     const clock = fakeClock();
