@@ -198,23 +198,17 @@ func answeringAgent(t *testing.T, status int, body string) *httptest.Server {
 	return srv
 }
 
-// TestFiles_CutUploadIsTheCallers400 (found by an attack): an upload the client cuts short
-// (Content-Length 1000, 10 bytes sent, then its side closed) was 503 "agent unreachable",
-// logged as the agent's failure and retried by SDKs. It is 400 invalid_request; the agent,
-// which reads the body as the real one does, is never told to write the file.
-func TestFiles_CutUploadIsTheCallers400(t *testing.T) {
-	h := newHarness(t, 0)
-	var written atomic.Int64
+// sandboxOnStandIn starts a stand-in agent, a1, that accepts creates and answers the requests
+// whose path ends with suffix with handle (others 404), and creates a sandbox on it through
+// h: the replica's calls for that sandbox reach handle.
+func sandboxOnStandIn(t *testing.T, h *harness, suffix string, handle http.HandlerFunc) (*httptest.Server, berth.Sandbox) {
+	t.Helper()
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
 			w.WriteHeader(http.StatusCreated)
-		case strings.HasSuffix(r.URL.Path, "/files"):
-			if _, err := io.Copy(io.Discard, r.Body); err != nil {
-				return // a body cut short: nothing is written
-			}
-			written.Add(1)
-			w.WriteHeader(http.StatusNoContent)
+		case strings.HasSuffix(r.URL.Path, suffix):
+			handle(w, r)
 		default:
 			w.WriteHeader(http.StatusNotFound)
 		}
@@ -225,6 +219,23 @@ func TestFiles_CutUploadIsTheCallers400(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %+v", code, e)
 	}
+	return agent, sb
+}
+
+// TestFiles_CutUploadIsTheCallers400 (found by an attack): an upload the client cuts short
+// (Content-Length 1000, 10 bytes sent, then its side closed) was 503 "agent unreachable",
+// logged as the agent's failure and retried by SDKs. It is 400 invalid_request; the agent,
+// which reads the body as the real one does, is never told to write the file.
+func TestFiles_CutUploadIsTheCallers400(t *testing.T) {
+	h := newHarness(t, 0)
+	var written atomic.Int64
+	_, sb := sandboxOnStandIn(t, h, "/files", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return // a body cut short: nothing is written
+		}
+		written.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})
 	u, _ := url.Parse(h.srv.URL)
 	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
 	must(t, err)

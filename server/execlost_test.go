@@ -55,24 +55,11 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, 0)
 			var execs atomic.Int64
-			agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch {
-				case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
-					w.WriteHeader(http.StatusCreated)
-				case strings.HasSuffix(r.URL.Path, "/exec"):
-					_, _ = io.Copy(io.Discard, r.Body)
-					execs.Add(1)
-					c.answer(w)
-				default:
-					w.WriteHeader(http.StatusNoContent)
-				}
-			}))
-			t.Cleanup(agent.Close)
-			h.heartbeat(t, "a1", agent.URL, 1<<20)
-			code, sb, e := h.create(t)
-			if code != http.StatusCreated {
-				t.Fatalf("create: %d %+v", code, e)
-			}
+			agent, sb := sandboxOnStandIn(t, h, "/exec", func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				execs.Add(1)
+				c.answer(w)
+			})
 			switch {
 			case strings.Contains(c.name, "TLS"):
 				// The host now answers in TLS with a certificate the replica does not trust:

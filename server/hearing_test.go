@@ -71,6 +71,33 @@ func (s *sweepCounter) advance(t *testing.T, clk *fakeClock, d time.Duration) {
 	}
 }
 
+// leaseHarness is a replica on a fake clock whose sweeps (every 10 ms) are counted, with one
+// host, a1, on 90 s leases, heartbeated at the clock's start, and a sandbox running there.
+// Its loops are not started (runReplica).
+func leaseHarness(t *testing.T) (*harness, *fakeClock, *sweepCounter, berth.Sandbox) {
+	t.Helper()
+	clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+	var sweeps *sweepCounter
+	h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
+		c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
+		c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
+	})
+	agent := newFakeAgent(t, "")
+	h.heartbeat(t, "a1", agent.srv.URL, 4096)
+	code, sb, e := h.create(t)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %+v", code, e)
+	}
+	return h, clk, sweeps, sb
+}
+
+// runReplica runs h's loops (sweeps, lease expiry) until the test ends.
+func runReplica(t *testing.T, h *harness) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go h.s.Run(ctx)
+}
+
 // sandboxState reads sandbox id's state from st.
 func sandboxState(t *testing.T, st berth.Store, id string) berth.SandboxState {
 	t.Helper()
@@ -85,23 +112,10 @@ func sandboxState(t *testing.T, st berth.Store, id string) berth.SandboxState {
 // heard nothing from the host for a whole lease TTL, it does (LIF-2). Before, its first sweep
 // turned every sandbox of the fleet into lost.
 func TestLIF2_RestartOfTheControlPlaneLosesNoSandbox(t *testing.T) {
-	clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
-	var sweeps *sweepCounter
-	h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
-		c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
-		c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
-	})
-	agent := newFakeAgent(t, "")
-	h.heartbeat(t, "a1", agent.srv.URL, 4096)
-	code, sb, e := h.create(t)
-	if code != http.StatusCreated {
-		t.Fatalf("create: %d %+v", code, e)
-	}
+	h, clk, sweeps, sb := leaseHarness(t)
 	// The replica was down: its loops start five minutes after the host's last heartbeat.
 	clk.Add(5 * time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go h.s.Run(ctx)
+	runReplica(t, h)
 	sweeps.waitSweeps(t, false, 3)
 	if got := sandboxState(t, h.st, sb.ID); got != berth.SandboxRunning {
 		t.Fatalf("after the control plane's restart, a sandbox whose host it could not hear for 5 min is %s, want running", got)
@@ -118,21 +132,8 @@ func TestLIF2_RestartOfTheControlPlaneLosesNoSandbox(t *testing.T) {
 // but nothing was recorded either: the sweep that waited it out counts the time as deaf, and
 // the sandbox is lost only after a lease TTL of silence heard after it (LIF-2).
 func TestLIF2_StalledStoreLosesNoSandbox(t *testing.T) {
-	clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
-	var sweeps *sweepCounter
-	h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
-		c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
-		c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
-	})
-	agent := newFakeAgent(t, "")
-	h.heartbeat(t, "a1", agent.srv.URL, 4096)
-	code, sb, e := h.create(t)
-	if code != http.StatusCreated {
-		t.Fatalf("create: %d %+v", code, e)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go h.s.Run(ctx)
+	h, clk, sweeps, sb := leaseHarness(t)
+	runReplica(t, h)
 	sweeps.waitSweeps(t, false, 1)
 	hang := func() { clk.Add(5 * time.Minute) }
 	sweeps.stall.Store(&hang)
@@ -154,21 +155,8 @@ func TestLIF2_StalledStoreLosesNoSandbox(t *testing.T) {
 func TestLIF2_ShortStoreTroubleHoldsNoLease(t *testing.T) {
 	for _, name := range []string{"failing", "hanging"} {
 		t.Run(name, func(t *testing.T) {
-			clk := &fakeClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
-			var sweeps *sweepCounter
-			h := newHarnessOn(t, func(st berth.Store) berth.Store { sweeps = &sweepCounter{Store: st}; return sweeps }, func(c *Config) {
-				c.Clock, c.SweepInterval, c.CacheTTL = clk.Now, 10*time.Millisecond, time.Millisecond
-				c.LeaseEphemeral, c.LeaseStateful = 90*time.Second, 90*time.Second
-			})
-			agent := newFakeAgent(t, "")
-			h.heartbeat(t, "a1", agent.srv.URL, 4096)
-			code, sb, e := h.create(t)
-			if code != http.StatusCreated {
-				t.Fatalf("create: %d %+v", code, e)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			go h.s.Run(ctx)
+			h, clk, sweeps, sb := leaseHarness(t)
+			runReplica(t, h)
 			sweeps.waitSweeps(t, false, 1)         // the replica hears from the host's last heartbeat on
 			sweeps.advance(t, clk, 70*time.Second) // the host died at its last heartbeat
 			if name == "failing" {
