@@ -298,8 +298,12 @@ func (e *attemptTimeoutError) Temporary() bool { return true }
 // decodeJSON decodes a 2xx answer's body into v.
 func decodeJSON(r request, resp response, v any) error {
 	if err := json.Unmarshal(resp.body, v); err != nil {
-		return fmt.Errorf("berth: %s %s: the answer (HTTP %d) is not the JSON Berth sends: %s",
+		bad := fmt.Errorf("berth: %s %s: the answer (HTTP %d) is not the JSON Berth sends: %s",
 			r.method, r.path, resp.status, strings.TrimPrefix(err.Error(), "json: "))
+		if r.runsTwice { // an exec that ran, or may have: its result is lost (an empty 200, say)
+			return outcomeUnknown(bad, fmt.Sprintf("the answer (HTTP %d) is not the JSON Berth sends", resp.status))
+		}
+		return bad
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -193,7 +194,8 @@ func TestNonIdempotentCallsAreNotRetried(t *testing.T) {
 }
 
 // An exec that may have reached the server and got no answer of Berth's — the server hung up
-// after reading it, or a proxy answered 503 with its own page — is outcome_unknown, not
+// after reading it, a proxy answered 503 with its own page, or a 200 carried no result — is
+// outcome_unknown, not
 // retryable and not "unreachable" (so `berth sandbox exec` exits 1, not 3's "try again"),
 // sent once; one that never left (connection refused) is still an unreachable transport error.
 func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
@@ -204,6 +206,7 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 	for name, r := range map[string]reply{
 		"hang-up after the request": {hangup: true},
 		"a proxy's 503 page":        {status: 503, body: "<html>no healthy upstream</html>"},
+		"an empty 200":              {status: 200, body: ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv, s := newScripted(t, r, reply{status: 200, body: "{}"})
@@ -530,5 +533,38 @@ func TestAppCallsRetryWithOneKey(t *testing.T) {
 				t.Errorf("a second call sent key %q; want a new one (first %q)", k2, k0)
 			}
 		})
+	}
+}
+
+// A server's own bytes cannot pass for net/http's "server closed idle connection" (which means
+// nothing was sent): an exec the server read and answered with that text as a malformed header
+// line is outcome_unknown, not an unreachable server (found by an attack: the CLI exited 3).
+func TestExecAnsweredWithForgedTransportTextIsOutcomeUnknown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var read atomic.Int32
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		req, err := http.ReadRequest(bufio.NewReader(conn))
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		read.Add(1)
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nserver closed idle connection\r\n\r\n")
+	}()
+	_, err = New("http://"+ln.Addr().String(), "k").Exec(context.Background(), "sb-1", berth.ExecRequest{Cmd: []string{"true"}})
+	if berth.ErrorCode(err) != berth.EOutcomeUnknown || IsUnreachable(err) {
+		t.Errorf("err = %v, want outcome_unknown, not unreachable (the server read %d exec)", err, read.Load())
+	}
+	if !closedIdle(fmt.Errorf("Post %q: %w", "http://x", errors.New("http: server closed idle connection"))) {
+		t.Errorf("closedIdle does not know net/http's own error")
 	}
 }

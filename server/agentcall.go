@@ -101,7 +101,7 @@ func (c *agentCaller) checkpoint(ctx context.Context, at agentAt, id, image stri
 		return res, err
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
-		return res, berth.Wrap(berth.EUnavailable, err, "agent answered checkpoint with bad JSON")
+		return res, unreachableBy(err, "agent answered checkpoint with bad JSON") // it may have checkpointed: the answer is lost
 	}
 	return res, nil
 }

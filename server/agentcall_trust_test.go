@@ -109,14 +109,7 @@ func TestTRUST_AgentRefusingTheReplicaIsNotTheCallers401(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %+v", code, e)
 	}
-	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/exec", strings.NewReader(`{"cmd":["true"]}`))
-	req.Header.Set("Authorization", "Bearer "+h.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := h.exec(t, sb.ID, `{"cmd":["true"]}`)
 	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(body), "agent-call token") || strings.Contains(string(body), `"unauthorized"`) {
 		t.Fatalf("exec on a host that refuses the replica: %d %s; want 503, not the agent's own answer", resp.StatusCode, body)
 	}

@@ -71,15 +71,7 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 			case c.answer == nil:
 				agent.Close() // its address now refuses connections: nothing can reach the host
 			}
-			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+sb.ID+"/exec",
-				strings.NewReader(`{"cmd":["sh","-c","echo ran >> /tmp/count"]}`))
-			req.Header.Set("Authorization", "Bearer "+h.key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, body := h.exec(t, sb.ID, `{"cmd":["sh","-c","echo ran >> /tmp/count"]}`)
 			var eb berth.ErrorBody
 			if err := json.Unmarshal(body, &eb); err != nil {
 				t.Fatalf("exec: %d %s: not an error body: %v", resp.StatusCode, body, err)
@@ -100,4 +92,19 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exec posts body to sandbox id's exec with the harness's key and returns the answer, its
+// body read.
+func (h *harness) exec(t *testing.T, id, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/sandboxes/"+id+"/exec", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, b
 }

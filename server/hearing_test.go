@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -226,5 +227,70 @@ func TestLIF2_StoreOutageLosesNoSandbox(t *testing.T) {
 	must(t, err)
 	if last := evs[len(evs)-1]; last.To != "lost" || !strings.Contains(last.Reason, "lease expired") {
 		t.Fatalf("last event %+v, want running → lost for an expired lease", last)
+	}
+}
+
+// TestLIF2_AnAgentThatNeverAnswersHoldsNoLease: a host keeps ten of its sandboxes listed in
+// stopping (deletes nobody finished) and never answers a delete. The sweeper sends those
+// deletes again, in the background, one to that agent at a time; its loop goes on, and another
+// host that died is declared lost when its lease ends (LIF-2). Sent inline, each delete held
+// the loop for AgentTimeout (30 s), and the dead host's sandbox stayed running (an attack).
+func TestLIF2_AnAgentThatNeverAnswersHoldsNoLease(t *testing.T) {
+	h, clk, sweeps, sb := leaseHarness(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	var deletes, inFlight, most atomic.Int64
+	stalling := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodDelete {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		deletes.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select { // never answer while the test runs
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(stalling.Close)
+	t.Cleanup(func() { close(release) })
+	t0 := clk.Now()
+	var held []berth.HeldSandbox
+	for i := range 10 {
+		id := fmt.Sprintf("sb-stuck-%d", i)
+		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a2",
+			State: berth.SandboxRunning, MemoryMiB: 1, VCPUs: 1, CreatedAt: t0, ExpiresAt: t0.Add(24 * time.Hour)}, "test", t0))
+		_, err := h.st.TransitionSandbox(ctx, id, nil, berth.SandboxStopping, "delete requested", "tenant/acme", t0)
+		must(t, err)
+		held = append(held, berth.HeldSandbox{ID: id})
+	}
+	beat := func() { // a2 keeps heartbeating, listing its stopping sandboxes
+		_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a2", Address: stalling.URL, Status: berth.AgentActive,
+			IntakeOpen: true, MemoryAdmission: berth.AdmissionCommitted, MemoryMiBTotal: 4096, CPUTotal: 2,
+			Sandboxes: held, HeartbeatAt: clk.Now()}, clk.Now())
+		must(t, err)
+	}
+	beat()
+	runReplica(t, h)
+	sweeps.waitSweeps(t, false, 1)
+	for range 14 { // a1 is silent from its heartbeat at t0; a2 heartbeats every 5 s
+		clk.Add(5 * time.Second)
+		beat()
+		sweeps.waitSweeps(t, false, 1)
+	}
+	waitUntil(t, "the sweeper sending a2 its deletes again", func() (bool, string) {
+		return deletes.Load() > 0, fmt.Sprintf("%d deletes", deletes.Load())
+	})
+	clk.Add(21 * time.Second) // a1's lease (90 s) has ended; a2's deletes still hang
+	beat()
+	waitUntil(t, "the dead host's sandbox lost while another host's deletes hang", func() (bool, string) {
+		st := sandboxState(t, h.st, sb.ID)
+		return st == berth.SandboxLost, string(st)
+	})
+	if m := most.Load(); m != 1 {
+		t.Errorf("%d deletes in flight to one agent at once, want 1", m)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,49 +17,69 @@ import (
 )
 
 // TestPAUSE1_LostCheckpointAnswer: an agent that drops the connection in the middle of a
-// pause leaves the outcome unknown. The server never guesses "it runs on": with the image
-// whole in the snapshot store the sandbox is paused; without it, it stays pausing for the
-// sweeper to settle from what the agent and the store hold.
+// pause, or whose answer is not the agent's (a 200 whose body is not a checkpoint result, a
+// proxy's 502 page), leaves the outcome unknown. The server never guesses "it runs on" (which
+// would also delete the image): with the image whole in the snapshot store the sandbox is
+// paused; without it, it stays pausing for the sweeper to settle from what the agent and the
+// store hold. (The two answers that are not the agent's were found by an attack.)
 func TestPAUSE1_LostCheckpointAnswer(t *testing.T) {
-	for _, stored := range []bool{true, false} {
-		name := "image stored"
-		if !stored {
-			name = "nothing stored"
-		}
-		t.Run(name, func(t *testing.T) {
-			bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
-			must(t, err)
-			t.Cleanup(func() { bucket.Close() })
-			h := newHarnessWith(t, func(c *Config) { c.Snapshots = bucket })
-			ctx := context.Background()
-			agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch {
-				case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
-					w.WriteHeader(http.StatusCreated)
-				case strings.HasSuffix(r.URL.Path, "/checkpoint"):
-					if stored {
+	answers := map[string]func(w http.ResponseWriter){
+		"hang-up": func(w http.ResponseWriter) {
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close() // the answer is lost
+		},
+		"200 not a result": func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"image":"x","resident_mb":`)) },
+		"a proxy's 502": func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte("<html>502 Bad Gateway</html>"))
+		},
+	}
+	for how, answer := range answers {
+		for _, stored := range []bool{true, false} {
+			name := how + ", image stored"
+			if !stored {
+				name = how + ", nothing stored"
+			}
+			t.Run(name, func(t *testing.T) {
+				bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
+				must(t, err)
+				t.Cleanup(func() { bucket.Close() })
+				h := newHarnessWith(t, func(c *Config) { c.Snapshots = bucket })
+				ctx := context.Background()
+				var image atomic.Value // the checkpoint's image name, written by the stand-in agent
+				image.Store("")
+				agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					switch {
+					case r.Method == http.MethodPost && r.URL.Path == "/internal/sandboxes":
+						w.WriteHeader(http.StatusCreated)
+					case strings.HasSuffix(r.URL.Path, "/checkpoint"):
 						var req struct{ Image string }
 						_ = json.NewDecoder(r.Body).Decode(&req)
-						_ = bucket.WriteAll(r.Context(), req.Image+"/files.json", []byte(`{"files":[]}`), nil)
+						image.Store(req.Image)
+						if stored {
+							_ = bucket.WriteAll(r.Context(), req.Image+"/files.json", []byte(`{"files":[]}`), nil)
+						}
+						answer(w)
+					default:
+						w.WriteHeader(http.StatusNoContent)
 					}
-					conn, _, _ := w.(http.Hijacker).Hijack()
-					conn.Close() // the answer is lost
-				default:
-					w.WriteHeader(http.StatusNoContent)
+				}))
+				t.Cleanup(agent.Close)
+				code, sb := pauseOn(t, h, agent.URL)
+				got, err := h.st.Sandbox(ctx, sb.ID)
+				must(t, err)
+				want, status := berth.SandboxPausing, http.StatusServiceUnavailable
+				if stored {
+					want, status = berth.SandboxPaused, http.StatusOK
 				}
-			}))
-			t.Cleanup(agent.Close)
-			code, sb := pauseOn(t, h, agent.URL)
-			got, err := h.st.Sandbox(ctx, sb.ID)
-			must(t, err)
-			want, status := berth.SandboxPausing, http.StatusServiceUnavailable
-			if stored {
-				want, status = berth.SandboxPaused, http.StatusOK
-			}
-			if got.State != want || code != status {
-				t.Fatalf("after a lost answer: %d, sandbox %s (%s); want %d and %s", code, got.State, got.Reason, status, want)
-			}
-		})
+				if got.State != want || code != status {
+					t.Fatalf("after a lost answer: %d, sandbox %s (%s); want %d and %s", code, got.State, got.Reason, status, want)
+				}
+				if kept, _ := bucket.Exists(ctx, image.Load().(string)+"/files.json"); stored && !kept {
+					t.Fatalf("the stored image of a checkpoint whose answer was lost was deleted")
+				}
+			})
+		}
 	}
 }
 

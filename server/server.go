@@ -242,6 +242,10 @@ type Server struct {
 	appWatchers  map[string]chan struct{} // name → closed at this replica's next write of it
 	// stopRounds bounds the AGT-6 rounds (stopEnded) running at once (maxStopRounds).
 	stopRounds chan struct{}
+	// sweepCalls holds the agents a sweeper's delete is in flight to (agent id → true), and
+	// sweepSlots bounds those deletes at once (maxStopRounds): sweepDelete.
+	sweepCalls sync.Map
+	sweepSlots chan struct{}
 	// lastForget is when keyed calls were last forgotten (unix ms, C26).
 	lastForget atomic.Int64
 	// hearing is since when this replica could record heartbeats: lease expiry counts
@@ -284,6 +288,7 @@ func New(cfg Config, st berth.Store) *Server {
 		appKick:        make(chan struct{}, 1),
 		joinSlots:      inflight.NewSlots(cfg.MaxJoins),
 		stopRounds:     make(chan struct{}, maxStopRounds),
+		sweepSlots:     make(chan struct{}, maxStopRounds),
 		appWatchers:    map[string]chan struct{}{},
 		appTransport:   newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
 	}
@@ -443,10 +448,35 @@ func (s *Server) sweep(ctx context.Context) {
 			continue
 		}
 		s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
-		if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
-			_ = s.agents.delete(ctx, addr, sb.ID) // in case it runs after all
-		}
+		s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all
 	}
+}
+
+// sweepDelete sends a delete the sweeper decided on to agentID in the background: at most one
+// to each agent and maxStopRounds in all at once, each bounded by the agent call's own
+// timeout. One that finds its agent's delete in flight or every slot taken is skipped: the
+// next round sends it again, or AGT-6 stops the sandbox when its agent next lists it. Sent
+// inline, a delete its agent never answered held the sweeper's loop for AgentTimeout (30 s)
+// each, and lease expiry with it (found by an attack: an agent that kept ten stopping
+// sandboxes listed and never answered their deletes held a dead host's sandbox running).
+func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) {
+	addr, err := s.agentAddress(ctx, agentID)
+	if err != nil {
+		return
+	}
+	if _, busy := s.sweepCalls.LoadOrStore(agentID, true); busy {
+		return
+	}
+	select {
+	case s.sweepSlots <- struct{}{}:
+	default:
+		s.sweepCalls.Delete(agentID)
+		return
+	}
+	go func() {
+		defer func() { <-s.sweepSlots; s.sweepCalls.Delete(agentID) }()
+		_ = s.agents.delete(ctx, addr, sandboxID)
+	}()
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease

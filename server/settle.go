@@ -52,9 +52,7 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 			case st == berth.SandboxResuming:
 				move.To, move.PausedAt = berth.SandboxPaused, now
 				why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
-				if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
-					_ = s.agents.delete(ctx, addr, sb.ID)
-				}
+				s.sweepDelete(ctx, sb.AgentID, sb.ID)
 			case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
 				// Both stored and listed, by a list from before the checkpoint surely ended:
 				// the list may predate the guest's stop, and the agent's next one decides.

@@ -37,9 +37,7 @@ func (s *Server) settleStopping(ctx context.Context) {
 				continue // no heartbeat since the delete began: nothing to judge by
 			}
 			if s.agentHolds(ctx, sb.AgentID, sb.ID) {
-				if addr, err := s.agentAddress(ctx, sb.AgentID); err == nil {
-					_ = s.agents.delete(ctx, addr, sb.ID) // finish the delete; a later round records it
-				}
+				s.sweepDelete(ctx, sb.AgentID, sb.ID) // finish the delete; a later round records it
 				continue
 			}
 			why = "delete abandoned: no replica finished it and agent/" + sb.AgentID + " no longer lists it"

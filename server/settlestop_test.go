@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -64,9 +65,10 @@ func TestSweeperEndsAbandonedStopping(t *testing.T) {
 	if sb, _ := h.st.Sandbox(ctx, "sb-held"); sb.State != berth.SandboxStopping {
 		t.Fatalf("sb-held, still listed by its agent, is %s; want stopping", sb.State)
 	}
-	if a.deletes.Load() == 0 {
-		t.Fatal("the agent still lists sb-held but was not told to stop it again")
-	}
+	// The sweeper sends the delete in the background (sweepDelete), so it does not wait on it.
+	waitUntil(t, "the agent that still lists sb-held told to stop it again", func() (bool, string) {
+		return a.deletes.Load() > 0, fmt.Sprintf("%d deletes", a.deletes.Load())
+	})
 	n, mib, err := h.st.TenantUsage(ctx, "acme")
 	must(t, err)
 	if n != 1 || mib != 512 {

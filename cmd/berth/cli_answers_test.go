@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,8 +21,15 @@ import (
 func answering(t *testing.T, status int, header map[string]string, body string) (string, *atomic.Int32) {
 	t.Helper()
 	var n atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
+		if status == 0 { // hang up once the request is read: no answer at all
+			_, _ = io.Copy(io.Discard, r.Body)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
 		for k, v := range header {
 			w.Header().Set(k, v)
 		}
@@ -75,6 +83,9 @@ func TestCLI_ExitCodesServerAnswers(t *testing.T) {
 		{"not Berth's JSON", get, 200, nil, "<html>captive portal</html>", 1, 1, "GET /v1/sandboxes/sb-1: the answer (HTTP 200) is not the JSON Berth sends", ""},
 		// The command may have run behind the proxy: exit 1 and say so, never 3's "try again".
 		{"proxy 502 on exec, sent once", exec, 502, nil, "<html>bad gateway</html>", 1, 1, "outcome_unknown: HTTP 502 Bad Gateway", ""},
+		{"exec answered by a hang-up: its command may have run", exec, 0, nil, "", 1, 1,
+			"took the exec, but no answer came back (the connection closed before an answer): the command may have run", ""},
+		{"drain answered by a hang-up", drain, 0, nil, "", 3, 1, "cannot reach the Berth server", ""},
 		{"proxy 502 on drain, sent once", drain, 502, nil, "<html>bad gateway</html>", 3, 1, "unavailable: HTTP 502 Bad Gateway", ""},
 		{"C30 Retry-After past --wait: one request", create, 503, map[string]string{"Retry-After": "86401"}, apiError(berth.ENoCapacity, "1 hosts: 1 insufficient memory", 86401), 3, 1,
 			"capacity unavailable: no_capacity: 1 hosts: 1 insufficient memory; gave up after 1 attempt in 0s (--wait 1m30s); the server's last Retry-After was 24h0m1s; try again later", ""},

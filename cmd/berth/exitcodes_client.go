@@ -186,6 +186,10 @@ func (f *clientFlags) explain(err error) error {
 		// Exit 2: the same command fails the same way until --ca or --url changes.
 		return &usageError{err: &explained{msg: fmt.Sprintf("the Berth server at %s presents a certificate this CLI does not trust (%s): "+
 			"give --ca FILE (or BERTH_CA) naming the CA that signed it, and a --url whose host the certificate names", te.Server, te.Reason()), err: err}}
+	case errors.As(err, &te) && berth.ErrorCode(err) == berth.EOutcomeUnknown:
+		// Only an exec is so (client: runsTwice): it reached the server, or may have.
+		return &explained{msg: fmt.Sprintf("the Berth server at %s took the exec, but no answer came back (%s): the command may have run; check before running it again",
+			te.Server, te.Reason()), err: err}
 	case errors.As(err, &te):
 		if client.IsUnreachable(te) {
 			return &explained{msg: fmt.Sprintf("cannot reach the Berth server at %s (%s)", te.Server, te.Reason()), err: err}

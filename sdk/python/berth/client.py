@@ -289,11 +289,17 @@ class Client:
     def _call(self, r: _Request) -> Any:
         """Run r and decode its JSON answer (None for an empty body)."""
         resp = self._do(r)
-        if not resp.body:
+        if not resp.body and not r.runs_twice:
             return None
         try:
             return json.loads(resp.body)
         except ValueError as e:
+            if r.runs_twice:
+                # An exec that ran, or may have: its result is lost (an empty 200, say), never
+                # read as a command that exited 0 (found by an attack).
+                raise BerthError(OUTCOME_UNKNOWN, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON"
+                                 " Berth sends, after the request was sent: it may have been done; check before sending"
+                                 " it again", retryable=False, status=resp.status) from e
             raise BerthError(INTERNAL, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON Berth sends: {e}",
                              status=resp.status) from e
 

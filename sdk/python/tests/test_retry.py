@@ -238,8 +238,9 @@ class WhatIsRetried(RetryCase):
         # TestExecWhoseAnswerIsLostIsOutcomeUnknown). One that never left stays unreachable.
         ran = Reply(200, {"exit_code": 0, "stdout": "", "stderr": ""})
         for reply, kind in ((Reply(hangup=True), TransportError),
-                            (Reply(503, b"<html>no healthy upstream</html>"), BerthError)):
-            with self.subTest(hangup=reply.hangup):
+                            (Reply(503, b"<html>no healthy upstream</html>"), BerthError),
+                            (Reply(200, b""), BerthError)):  # an attack: read as exit 0 before
+            with self.subTest(hangup=reply.hangup, status=reply.status):
                 s = self.server(reply, ran)
                 with self.assertRaises(kind) as cm:
                     self.client(s.url, FakeClock(time.time())).sandboxes.exec("sb-1", ["true"])

@@ -538,7 +538,10 @@ function decodeJSON<T>(r: Request, a: Answer): T {
   try {
     return JSON.parse(text) as T;
   } catch (err) {
-    throw new Error(`berth: ${r.method} ${r.path}: the answer (HTTP ${a.status}) is not the JSON Berth sends: ${(err as Error).message}`);
+    const bad = new Error(`berth: ${r.method} ${r.path}: the answer (HTTP ${a.status}) is not the JSON Berth sends: ${(err as Error).message}`);
+    // An exec that ran, or may have: its result is lost (an empty 200, say).
+    if (r.runsTwice) throw outcomeUnknown(`the answer (HTTP ${a.status}) is not the JSON Berth sends`, bad);
+    throw bad;
   }
 }
 

@@ -282,7 +282,7 @@ describe("what is not retried", () => {
     });
   });
 
-  test("an exec whose answer is lost is outcome_unknown: a hang-up after the request, a proxy's 504 page", async () => {
+  test("an exec whose answer is lost is outcome_unknown: a hang-up after the request, a proxy's 504 page, an empty 200", async () => {
     // The command may have run: not retryable, sent once (the Go SDK's
     // TestExecWhoseAnswerIsLostIsOutcomeUnknown).
     const lost = [
@@ -290,6 +290,10 @@ describe("what is not retried", () => {
       (_req, res) => {
         res.writeHead(504, { "content-type": "text/html" });
         res.end("<html>504 Gateway Time-out</html>");
+      },
+      (_req, res) => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(); // a 200 with no result
       },
     ];
     for (const handler of lost) {
