@@ -119,7 +119,8 @@ func outcomeUnknown(cause error, why string) *berth.Error {
 }
 
 // notSent reports whether a transport error means nothing of the request reached the server:
-// the dial failed (refused, unreachable, the name did not resolve, the connect timed out), the
+// the dial failed (refused, unreachable, the name did not resolve, the connect timed out; to
+// the server or to the proxy the client goes through), the
 // TLS handshake failed (an untrusted certificate, an answer that is not TLS), or the server had
 // closed the idle connection the request was to go on. A TLS alert is not counted: in TLS 1.3
 // a refused client certificate can be told after the request was written.
@@ -127,8 +128,10 @@ func notSent(err error) bool {
 	var op *net.OpError
 	var cert *tls.CertificateVerificationError
 	var notTLS tls.RecordHeaderError
-	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &cert) || errors.As(err, &notTLS) ||
-		closedIdle(err)
+	// "proxyconnect": the dial to an HTTP(S)_PROXY, or its CONNECT, failed (found by an attack:
+	// an exec through a proxy that was down read as "may have run").
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") || errors.As(err, &cert) ||
+		errors.As(err, &notTLS) || closedIdle(err)
 }
 
 // closedIdle reports net/http's error for a request whose idle connection the server had

@@ -568,3 +568,21 @@ func TestExecAnsweredWithForgedTransportTextIsOutcomeUnknown(t *testing.T) {
 		t.Errorf("closedIdle does not know net/http's own error")
 	}
 }
+
+// An exec through an HTTP proxy that refuses the connection was never sent: it is the
+// unreachable transport error (the CLI's exit 3), not outcome_unknown (found by an attack).
+func TestExecThroughADownProxyIsNotSent(t *testing.T) {
+	srv, s := newScripted(t, reply{status: 200, body: `{"exit_code":0}`})
+	proxy, _ := newScripted(t)
+	proxy.Close() // the proxy's port now refuses
+	pu, _ := url.Parse(proxy.URL)
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	_, err := New(srv.URL, "k", WithHTTPClient(hc)).Exec(context.Background(), "sb-1", berth.ExecRequest{Cmd: []string{"true"}})
+	var te *TransportError
+	if !errors.As(err, &te) || !IsUnreachable(err) || berth.ErrorCode(err) == berth.EOutcomeUnknown {
+		t.Errorf("err = %v, want an unreachable *TransportError", err)
+	}
+	if n := len(s.Seen()); n != 0 {
+		t.Errorf("the server saw %d requests through a proxy that was down", n)
+	}
+}

@@ -759,7 +759,7 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request, _ principal
 	}
 	st := berth.DrainStatus{AgentID: id, Draining: a.Status == berth.AgentDraining || a.DrainReason != "",
 		Reason: a.DrainReason, Remaining: []berth.DrainRemain{}}
-	sbs, err := s.store.Sandboxes(r.Context(), berth.SandboxFilter{AgentID: id, Live: true, Limit: 100000})
+	sbs, err := s.store.Sandboxes(r.Context(), berth.SandboxFilter{AgentID: id, Live: true, Limit: maxLiveOnHost})
 	if err != nil {
 		return berth.Fault(err, "list sandboxes")
 	}

@@ -294,3 +294,25 @@ func TestLIF2_AnAgentThatNeverAnswersHoldsNoLease(t *testing.T) {
 		t.Errorf("%d deletes in flight to one agent at once, want 1", m)
 	}
 }
+
+// TestLIF2_ABusyHostsEndedSandboxesHideNoLiveOne: a host ran one long-lived sandbox and then
+// ended 1,000 short ones (kept for retention), then died. Its long-lived sandbox is lost when
+// the lease ends: lease expiry reads the host's live sandboxes, not its newest 1,000 of any
+// state, which hid it for good (an attack).
+func TestLIF2_ABusyHostsEndedSandboxesHideNoLiveOne(t *testing.T) {
+	h, clk, sweeps, sb := leaseHarness(t)
+	ctx := context.Background()
+	t0 := clk.Now()
+	for i := range 1000 {
+		at := t0.Add(time.Duration(i+1) * time.Millisecond)
+		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: fmt.Sprintf("sb-short-%04d", i), Template: "python", Tenant: "acme",
+			AgentID: "a1", State: berth.SandboxStopped, MemoryMiB: 1, VCPUs: 1, CreatedAt: at, ExpiresAt: at.Add(time.Hour)}, "test", at))
+	}
+	runReplica(t, h)
+	sweeps.waitSweeps(t, false, 1)
+	sweeps.advance(t, clk, 91*time.Second)
+	waitUntil(t, "the long-lived sandbox of a dead busy host lost", func() (bool, string) {
+		st := sandboxState(t, h.st, sb.ID)
+		return st == berth.SandboxLost, string(st)
+	})
+}

@@ -448,35 +448,41 @@ func (s *Server) sweep(ctx context.Context) {
 			continue
 		}
 		s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
-		s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all
+		_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all; failed is AGT-6's if not
 	}
 }
 
+// maxLiveOnHost bounds the live sandboxes of one host read at once (a drain's status, lease
+// expiry): far above what a host runs.
+const maxLiveOnHost = 100000
+
 // sweepDelete sends a delete the sweeper decided on to agentID in the background: at most one
 // to each agent and maxStopRounds in all at once, each bounded by the agent call's own
-// timeout. One that finds its agent's delete in flight or every slot taken is skipped: the
-// next round sends it again, or AGT-6 stops the sandbox when its agent next lists it. Sent
+// timeout. One that finds its agent's delete in flight or every slot taken is skipped and
+// reported busy: the caller leaves its row as it is, for the next round to send it again (or
+// AGT-6, for a row that ended). An agent with no address gets nothing (busy false). Sent
 // inline, a delete its agent never answered held the sweeper's loop for AgentTimeout (30 s)
 // each, and lease expiry with it (found by an attack: an agent that kept ten stopping
 // sandboxes listed and never answered their deletes held a dead host's sandbox running).
-func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) {
+func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) (busy bool) {
 	addr, err := s.agentAddress(ctx, agentID)
 	if err != nil {
-		return
+		return false
 	}
-	if _, busy := s.sweepCalls.LoadOrStore(agentID, true); busy {
-		return
+	if _, inFlight := s.sweepCalls.LoadOrStore(agentID, true); inFlight {
+		return true
 	}
 	select {
 	case s.sweepSlots <- struct{}{}:
 	default:
 		s.sweepCalls.Delete(agentID)
-		return
+		return true
 	}
 	go func() {
 		defer func() { <-s.sweepSlots; s.sweepCalls.Delete(agentID) }()
 		_ = s.agents.delete(ctx, addr, sandboxID)
 	}()
+	return false
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease
@@ -494,7 +500,9 @@ func (s *Server) expireLeases(ctx context.Context) {
 			continue // silent, but not for a lease TTL that this replica could hear
 		}
 		silent := now.Sub(a.LastSeen)
-		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{AgentID: id})
+		// Live, and all of them: the newest 1,000 of every state (the default limit) hid a
+		// long-lived sandbox behind a busy host's ended ones, and it was never lost (an attack).
+		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{AgentID: id, Live: true, Limit: maxLiveOnHost})
 		if err != nil {
 			continue
 		}

@@ -50,9 +50,11 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 			case st == berth.SandboxResuming && held:
 				continue // its agent's heartbeat promotes it
 			case st == berth.SandboxResuming:
+				if s.sweepDelete(ctx, sb.AgentID, sb.ID) {
+					continue // the delete waits for a free slot: once paused, none would go
+				}
 				move.To, move.PausedAt = berth.SandboxPaused, now
 				why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
-				s.sweepDelete(ctx, sb.AgentID, sb.ID)
 			case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
 				// Both stored and listed, by a list from before the checkpoint surely ended:
 				// the list may predate the guest's stop, and the agent's next one decides.

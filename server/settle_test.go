@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,6 +63,10 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.AgentID != "" || sb.Image != "sb-resume/1" || sb.PausedAt.IsZero() {
 		t.Fatalf("resume settled as %+v; want paused on no host with its image", sb)
 	}
+	// The sweeper sends the delete in the background (sweepDelete), so it does not wait on it.
+	waitUntil(t, "the agent told to stop the abandoned resume", func() (bool, string) {
+		return a.deletes.Load() > 0, fmt.Sprintf("%d deletes", a.deletes.Load())
+	})
 	if a.deletes.Load() != 1 {
 		t.Fatalf("agent told to stop %d sandboxes, want the abandoned resume's", a.deletes.Load())
 	}
@@ -124,4 +129,35 @@ func TestPAUSE1_SettleStoredAndListed(t *testing.T) {
 	}
 	now = t0.Add(2*time.Minute + 31*time.Second) // a2 silent for StaleAfter past the grace
 	check("a2 silent past StaleAfter", map[string]berth.SandboxState{"sb-silent": berth.SandboxRunning})
+}
+
+// TestPAUSE1_AbandonedResumeWaitsForItsDelete: a resume its agent never listed is paused again
+// only once the delete of its guest has gone out: while a sweeper delete to that agent is in
+// flight (sweepDelete: one per agent), it stays resuming for a later round — once paused, no
+// round would send the delete again, and a guest left running would never be stopped (an
+// attack).
+func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-resume", Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-resume/1"}, "test", now))
+	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now}, now)
+	must(t, err)
+	now = now.Add(90 * time.Second)
+	h.s.sweepCalls.Store("a1", true) // another sweeper delete to a1 is in flight
+	h.s.settleCheckpoints(ctx)
+	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxResuming || a.deletes.Load() != 0 {
+		t.Fatalf("with a1's delete slot taken: %s, %d deletes; want resuming, none yet", sb.State, a.deletes.Load())
+	}
+	h.s.sweepCalls.Delete("a1")
+	h.s.settleCheckpoints(ctx)
+	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxPaused {
+		t.Fatalf("once the slot is free: %s, want paused", sb.State)
+	}
+	waitUntil(t, "the abandoned resume's guest told to stop", func() (bool, string) {
+		return a.deletes.Load() == 1, fmt.Sprintf("%d deletes", a.deletes.Load())
+	})
 }

@@ -37,7 +37,7 @@ func (s *Server) settleStopping(ctx context.Context) {
 				continue // no heartbeat since the delete began: nothing to judge by
 			}
 			if s.agentHolds(ctx, sb.AgentID, sb.ID) {
-				s.sweepDelete(ctx, sb.AgentID, sb.ID) // finish the delete; a later round records it
+				_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // finish the delete; a later round records it
 				continue
 			}
 			why = "delete abandoned: no replica finished it and agent/" + sb.AgentID + " no longer lists it"
