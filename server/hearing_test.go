@@ -27,6 +27,16 @@ type sweepCounter struct {
 	// failing fails every sweep's store call while set: a store that errs for a while (the
 	// real outage is TestLIF2_StoreOutageLosesNoSandbox's).
 	failing atomic.Bool
+	// stallRead, when set, runs inside the next read of one agent (once): lease expiry's
+	// confirming read, when the store starts hanging after the sweep's own call.
+	stallRead atomic.Pointer[func()]
+}
+
+func (s *sweepCounter) Agent(ctx context.Context, id string) (berth.Agent, error) {
+	if f := s.stallRead.Swap(nil); f != nil {
+		(*f)()
+	}
+	return s.Store.Agent(ctx, id)
 }
 
 func (s *sweepCounter) SweepReservations(ctx context.Context, now time.Time) (int, error) {
@@ -130,23 +140,35 @@ func TestLIF2_RestartOfTheControlPlaneLosesNoSandbox(t *testing.T) {
 
 // TestLIF2_StalledStoreLosesNoSandbox: the store hangs for five minutes (a partition to
 // the database that drops packets: no error, just no answer) and then answers. Nothing failed,
-// but nothing was recorded either: the sweep that waited it out counts the time as deaf, and
-// the sandbox is lost only after a lease TTL of silence heard after it (LIF-2).
+// but nothing was recorded either: the call that waited it out — the sweep's own, or lease
+// expiry's read of the silent host — counts the time as deaf, and the sandbox is lost only
+// after a lease TTL of silence heard after it (LIF-2).
 func TestLIF2_StalledStoreLosesNoSandbox(t *testing.T) {
-	h, clk, sweeps, sb := leaseHarness(t)
-	runReplica(t, h)
-	sweeps.waitSweeps(t, false, 1)
-	hang := func() { clk.Add(5 * time.Minute) }
-	sweeps.stall.Store(&hang)
-	sweeps.waitSweeps(t, false, 3)
-	if got := sandboxState(t, h.st, sb.ID); got != berth.SandboxRunning {
-		t.Fatalf("after the store hung for 5 min, a sandbox whose host no heartbeat could be recorded for is %s, want running", got)
+	for _, where := range []string{"the sweep's own call", "lease expiry's read of the host"} {
+		t.Run(where, func(t *testing.T) {
+			h, clk, sweeps, sb := leaseHarness(t)
+			runReplica(t, h)
+			sweeps.waitSweeps(t, false, 1)
+			hang := func() { clk.Add(5 * time.Minute) }
+			if where == "the sweep's own call" {
+				sweeps.stall.Store(&hang)
+			} else {
+				// The host is about to be a candidate: the store hangs in its confirming read.
+				sweeps.advance(t, clk, 85*time.Second)
+				sweeps.stallRead.Store(&hang)
+				sweeps.advance(t, clk, 5*time.Second)
+			}
+			sweeps.waitSweeps(t, false, 3)
+			if got := sandboxState(t, h.st, sb.ID); got != berth.SandboxRunning {
+				t.Fatalf("after the store hung for 5 min, a sandbox whose host no heartbeat could be recorded for is %s, want running", got)
+			}
+			sweeps.advance(t, clk, 91*time.Second)
+			waitUntil(t, "the sandbox lost once its host was silent for a lease after the stall", func() (bool, string) {
+				st := sandboxState(t, h.st, sb.ID)
+				return st == berth.SandboxLost, string(st)
+			})
+		})
 	}
-	sweeps.advance(t, clk, 91*time.Second)
-	waitUntil(t, "the sandbox lost once its host was silent for a lease after the stall", func() (bool, string) {
-		st := sandboxState(t, h.st, sb.ID)
-		return st == berth.SandboxLost, string(st)
-	})
 }
 
 // TestLIF2_ShortStoreTroubleHoldsNoLease: a store that fails the replica's sweeps for 20 s, or

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -448,7 +449,7 @@ func (s *Server) sweep(ctx context.Context) {
 			continue
 		}
 		s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
-		_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all; failed is AGT-6's if not
+		_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all (skipped: AGT-6 stops a failed row)
 	}
 }
 
@@ -487,14 +488,21 @@ func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) (bu
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease
 // TTL into lost, each with an event (LIF-2, SPOT-5: the silent case). Candidates come from
-// the snapshot (no I/O); each is re-read from the store before anything is marked.
+// the snapshot (no I/O); each is re-read from the store before anything is marked, and that
+// read tells hearing how the store answers: a read that hung for deafAfter (a partition that
+// began after the sweep's own store call) is deaf time, like a sweep's.
 func (s *Server) expireLeases(ctx context.Context) {
-	now := s.cfg.Clock()
-	for _, id := range s.sched.silentAgents(now, s.leaseTTL(berth.PoolEphemeral), s.leaseTTL(berth.PoolStateful)) {
+	for _, id := range s.sched.silentAgents(s.cfg.Clock(), s.leaseTTL(berth.PoolEphemeral), s.leaseTTL(berth.PoolStateful)) {
+		start := s.cfg.Clock()
 		a, err := s.store.Agent(ctx, id)
+		now := s.cfg.Clock()
 		if err != nil {
+			if !errors.Is(err, berth.ErrNotFound) && ctx.Err() == nil {
+				s.hearing.failed(start)
+			}
 			continue
 		}
+		s.hearing.ok(start, now, s.log)
 		ttl := s.leaseTTL(a.Pool)
 		if s.hearing.countedSilence(now, a.LastSeen) < ttl {
 			continue // silent, but not for a lease TTL that this replica could hear
