@@ -20,3 +20,20 @@ func TestServiceExitedMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestParseErrorBody: only JSON with a non-empty error code is Berth's error body; a proxy's
+// page, an empty object and a body without a code are not.
+func TestParseErrorBody(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"error":{"code":"no_capacity","message":"full","retry_after_s":3}}`: true,
+		`{"error":{"code":"","message":"x"}}`:                                 false,
+		`{}`:                                                                  false,
+		`<html>502 Bad Gateway</html>`:                                        false,
+		``:                                                                    false,
+	} {
+		eb, ok := ParseErrorBody([]byte(body))
+		if ok != want || (ok && (eb.Error.Code != ENoCapacity || eb.Error.RetryAfterS != 3)) {
+			t.Errorf("ParseErrorBody(%q) = %+v, %v; want ok %v", body, eb, ok, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"time"
 )
 
@@ -35,6 +36,13 @@ const (
 // {"error":{"code","message","retryable","retry_after_s","request_id","hosts"?}}.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
+}
+
+// ParseErrorBody reads b as an ErrorBody; ok is false unless it is one: JSON with a non-empty
+// error code. Every reader of Berth's answers (the SDK, a replica reading its agents, the
+// bench) tells Berth's own error from anything else in front of it (a proxy's page) so.
+func ParseErrorBody(b []byte) (eb ErrorBody, ok bool) {
+	return eb, json.Unmarshal(b, &eb) == nil && eb.Error.Code != ""
 }
 
 // ErrorDetail is the inside of ErrorBody. RetryAfterS is whole seconds (the same value as the

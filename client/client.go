@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -259,8 +258,7 @@ const plaintextToTLS = "Client sent an HTTP request to an HTTPS server"
 // request at a TLS port is invalid_request saying to use https://. RetryAfter comes from the body's
 // retry_after_s, or else from the Retry-After header read against now.
 func decodeError(status int, h http.Header, body []byte, now time.Time) *berth.Error {
-	var eb berth.ErrorBody
-	if err := json.Unmarshal(body, &eb); err == nil && eb.Error.Code != "" {
+	if eb, ok := berth.ParseErrorBody(body); ok {
 		e := &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message, Hosts: eb.Error.Hosts}
 		if eb.Error.RetryAfterS > 0 {
 			e.RetryAfter = seconds(int64(eb.Error.RetryAfterS))

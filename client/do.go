@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/netfail"
 )
 
 // request is one API call as the retry loop sees it. body is kept as bytes so every attempt
@@ -84,7 +85,7 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 		case err != nil:
 			noAnswer = &TransportError{Method: r.method, Path: r.path, Server: c.baseURL, Err: err}
 			var cut *attemptTimeoutError
-			if r.runsTwice && !notSent(err) {
+			if r.runsTwice && !netfail.NothingSent(err) {
 				return response{}, outcomeUnknown(noAnswer, noAnswer.Reason())
 			}
 			if !r.idempotent || !(connectionFailure(err) || errors.As(err, &cut)) {
@@ -102,9 +103,11 @@ func (c *Client) do(ctx context.Context, r request) (response, error) {
 			// 429 returns at once. The server refuses it before doing anything, so it is
 			// retried for any call, idempotent or not.
 			rateLimited := resp.status == http.StatusTooManyRequests && e.Code == berth.ERateLimited
-			if r.runsTwice && retryableStatus(resp.status) && !berthAnswer(resp.body) {
-				// A proxy's 502/503/504 page: whether Berth got the call is unknown.
-				return response{}, outcomeUnknown(e, e.Message)
+			if r.runsTwice && retryableStatus(resp.status) {
+				if _, berths := berth.ParseErrorBody(resp.body); !berths {
+					// A proxy's 502/503/504 page: whether Berth got the call is unknown.
+					return response{}, outcomeUnknown(e, e.Message)
+				}
 			}
 			if !rateLimited && !(r.idempotent && retryableStatus(resp.status)) {
 				return response{}, e

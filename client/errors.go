@@ -1,8 +1,6 @@
 package client
 
 import (
-	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/netfail"
 )
 
 // ErrCapacityUnavailable is the sentinel that every *CapacityUnavailable matches with
@@ -118,41 +117,6 @@ func outcomeUnknown(cause error, why string) *berth.Error {
 	return berth.Wrap(berth.EOutcomeUnknown, cause, "%s, after the request was sent: it may have been done; check before sending it again", why)
 }
 
-// notSent reports whether a transport error means nothing of the request reached the server:
-// the dial failed (refused, unreachable, the name did not resolve, the connect timed out; to
-// the server or to the proxy the client goes through), the
-// TLS handshake failed (an untrusted certificate, an answer that is not TLS), or the server had
-// closed the idle connection the request was to go on. A TLS alert is not counted: in TLS 1.3
-// a refused client certificate can be told after the request was written.
-func notSent(err error) bool {
-	var op *net.OpError
-	var cert *tls.CertificateVerificationError
-	var notTLS tls.RecordHeaderError
-	// "proxyconnect": the dial to an HTTP(S)_PROXY, or its CONNECT, failed (found by an attack:
-	// an exec through a proxy that was down read as "may have run").
-	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") || errors.As(err, &cert) ||
-		errors.As(err, &notTLS) || closedIdle(err)
-}
-
-// closedIdle reports net/http's error for a request whose idle connection the server had
-// closed (unexported: "http: server closed idle connection") anywhere in err's chain, by its
-// whole text: a match on part of the text let a server's own bytes — a header line it sent —
-// pass for it (found by an attack: an exec the server had read was then "not sent").
-func closedIdle(err error) bool {
-	for ; err != nil; err = errors.Unwrap(err) {
-		if err.Error() == "http: server closed idle connection" {
-			return true
-		}
-	}
-	return false
-}
-
-// berthAnswer reports whether body is Berth's error envelope (API-2).
-func berthAnswer(body []byte) bool {
-	var eb berth.ErrorBody
-	return json.Unmarshal(body, &eb) == nil && eb.Error.Code != ""
-}
-
 // IsUnreachable reports whether err says the server could not be reached: a *TransportError
 // from a connection failure (refused, reset, DNS, any dial error, a hang-up before the
 // answer) or a timeout, or a *CapacityUnavailable whose last attempt was one. A TLS or URL
@@ -188,7 +152,7 @@ func connectionFailure(err error) bool {
 	}
 	// net/http reports a server that closed the connection before answering (EOF before a
 	// response) with an unexported error that does not wrap io.EOF.
-	return closedIdle(err)
+	return netfail.ClosedIdle(err)
 }
 
 // transportReason says in a few words why a request got no answer, for messages meant for
@@ -211,7 +175,7 @@ func transportReason(err error) string {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
 		return "the connection was reset"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		closedIdle(err):
+		netfail.ClosedIdle(err):
 		return "the connection closed before an answer"
 	case errors.As(err, &ne) && ne.Timeout():
 		return "timed out"

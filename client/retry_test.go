@@ -564,9 +564,7 @@ func TestExecAnsweredWithForgedTransportTextIsOutcomeUnknown(t *testing.T) {
 	if berth.ErrorCode(err) != berth.EOutcomeUnknown || IsUnreachable(err) {
 		t.Errorf("err = %v, want outcome_unknown, not unreachable (the server read %d exec)", err, read.Load())
 	}
-	if !closedIdle(fmt.Errorf("Post %q: %w", "http://x", errors.New("http: server closed idle connection"))) {
-		t.Errorf("closedIdle does not know net/http's own error")
-	}
+	// netfail's own test holds that net/http's real error is still told as not sent.
 }
 
 // An exec through an HTTP proxy that refuses the connection was never sent: it is the

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/netfail"
 )
 
 // agentCaller calls agents' internal API (agent.Handler) with the node token. Transport
@@ -200,21 +201,16 @@ func (c cancelCloser) Close() error { err := c.ReadCloser.Close(); c.cancel(); r
 // the agent's: what it did on the agent is unknown. ErrorCode still reads it as unavailable.
 var errUnreachable = errors.New("no answer from the agent")
 
-// errNotConnected marks an agent call that never reached the agent: the connection was
-// refused or could not be made (a dial failure). The agent did nothing; a host that is down
-// is the leases' business (LIF-2), not a create failure of a reachable host (PLC-9).
-var errNotConnected = errors.New("could not connect to the agent")
+// errNotSent marks an agent call of which nothing reached the agent (netfail.NothingSent:
+// the connection could not be made, or its TLS handshake failed): the agent did nothing, so
+// an exec so answered ran nothing (execLost).
+var errNotSent = errors.New("nothing was sent to the agent")
 
-// notConnected reports whether err, from an HTTP round trip, failed before anything of the
-// request was sent: while dialing, or in a TLS handshake the replica gave up on (the agent's
-// certificate not trusted, an answer that is not TLS). A TLS alert is not counted: in TLS 1.3
-// the server's refusal of a client certificate can come after the request was written.
-func notConnected(err error) bool {
-	var op *net.OpError
-	var cert *tls.CertificateVerificationError
-	var notTLS tls.RecordHeaderError
-	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &cert) || errors.As(err, &notTLS)
-}
+// errNotConnected marks an agent call whose connection could not be made at all (a dial
+// failure, netfail.NotConnected); it is also errNotSent. A host that is down is the leases'
+// business (LIF-2), not a create failure of a reachable host (PLC-9) — unlike one that
+// answers but fails its TLS handshake, which counts toward its quarantine.
+var errNotConnected = errors.New("could not connect to the agent")
 
 // unreachable returns an unavailable error that is also errUnreachable.
 func unreachable(format string, args ...any) error {
@@ -236,8 +232,7 @@ func agentError(resp *http.Response) error {
 
 // agentErrorBody is agentError on a body already read.
 func agentErrorBody(b []byte, status string) error {
-	var eb berth.ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+	if eb, ok := berth.ParseErrorBody(b); ok {
 		if eb.Error.Code == berth.EUnauthorized {
 			// The agent refused this replica, not the caller: never the caller's 401 (an SDK
 			// would blame its own key). A host that keeps refusing counts toward quarantine
@@ -308,8 +303,11 @@ func (c *agentCaller) do(ctx context.Context, method string, at agentAt, path st
 	c.authorize(req, at)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if notConnected(err) {
-			return nil, fmt.Errorf("%w: %w", errNotConnected, unreachableBy(err, "agent unreachable"))
+		switch {
+		case netfail.NotConnected(err):
+			return nil, fmt.Errorf("%w: %w: %w", errNotConnected, errNotSent, unreachableBy(err, "agent unreachable"))
+		case netfail.NothingSent(err):
+			return nil, fmt.Errorf("%w: %w", errNotSent, unreachableBy(err, "agent unreachable"))
 		}
 		return nil, unreachableBy(err, "agent unreachable")
 	}
@@ -373,8 +371,7 @@ func (c *agentCaller) probe(ctx context.Context, at agentAt, id string, port int
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusNotImplemented ||
 		resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnauthorized {
-		var eb berth.ErrorBody
-		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+		if _, ok := berth.ParseErrorBody(b); ok {
 			return agentErrorBody(b, resp.Status)
 		}
 	}

@@ -306,16 +306,12 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	if len(held) == 0 && !sweep {
 		return
 	}
-	if _, busy := s.stopping.LoadOrStore(hb.AgentID, true); busy {
-		return
-	}
-	select {
-	case s.stopRounds <- struct{}{}:
-	default:
-		// Every round slot is taken (a replica that just met thousands of agents): this
-		// heartbeat's round is skipped, not queued — an agent's next heartbeat tries again,
-		// and the store's connections stay free for creates and heartbeats.
-		s.stopping.Delete(hb.AgentID)
+	done, ok := s.stopRounds.start(hb.AgentID)
+	if !ok {
+		// A round of this agent runs, or every round slot is taken (a replica that just met
+		// thousands of agents): this heartbeat's round is skipped, not queued — an agent's
+		// next heartbeat tries again, and the store's connections stay free for creates and
+		// heartbeats.
 		return
 	}
 	if sweep {
@@ -323,16 +319,16 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 		// taken) must not put the next one off by HeldSweepEvery.
 		s.stopSwept.Store(hb.AgentID, now)
 	}
-	go s.stopRound(hb, held, sweep)
+	go s.stopRound(hb, held, sweep, done)
 }
 
 // stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything
 // the store says it holds) is checked against the store, and each ended sandbox is stopped.
 // What it finds live is remembered for the agent's boot: in place of what was remembered when
-// the round checked everything the agent holds (whole), added to it otherwise.
-func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool) {
-	defer func() { <-s.stopRounds }()
-	defer s.stopping.Delete(hb.AgentID)
+// the round checked everything the agent holds (whole), added to it otherwise. done gives
+// the round's turn and slot back (agentCalls.start).
+func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool, done func()) {
+	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var ended []string

@@ -397,7 +397,8 @@ func (s *scheduler) pinVolume(ctx context.Context, p *placing, host string) *unb
 // leaves its side unknown, so it is told to stop the sandbox, and it counts toward
 // quarantine (PLC-9): the host accepted the create and did not deliver. A create that never
 // connected (refused, dial failure) reached no agent: nothing to stop, and it does not count
-// toward quarantine (a host that is down is handled by its lease, LIF-2).
+// toward quarantine (a host that is down is handled by its lease, LIF-2). One whose TLS
+// handshake failed reached a host that is up and cannot be spoken to: it counts.
 func agentSaidNo(host string, err error) *unbound {
 	code := berth.ErrorCode(err)
 	return &unbound{recorded: true, reason: fmt.Sprintf("agent/%s: %v", host, err),

@@ -444,12 +444,12 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, p principal
 // execLost is an exec's error from its agent call. An answer that never came, or came cut
 // (errUnreachable, past waitS seconds or on a connection that broke), after the request was
 // sent means the command may have run: outcome_unknown (504), not retryable, so nothing runs
-// it again on Berth's word. A call that never reached the agent (errNotConnected: the dial
-// failed) ran nothing and stays unavailable (503, retryable). Found by an attack: a guest
+// it again on Berth's word. A call of which nothing reached the agent (errNotSent: the dial
+// or the TLS handshake failed) ran nothing and stays unavailable (503, retryable). Found by an attack: a guest
 // standing in for its init that never answers, and execs past the replica's wait under load,
 // were answered 503 unavailable, retryable, for commands that had run.
 func execLost(err error, id string, waitS int) error {
-	if !errors.Is(err, errUnreachable) || errors.Is(err, errNotConnected) {
+	if !errors.Is(err, errUnreachable) || errors.Is(err, errNotSent) {
 		return err
 	}
 	return berth.Wrap(berth.EOutcomeUnknown, err,

@@ -211,7 +211,6 @@ type Server struct {
 	execs     *inflight.Bytes        // exec request bytes in flight, per principal and in all
 	metrics   *metrics
 	retained  *prometheus.CounterVec // berth_retention_rows_deleted_total{table}
-	stopping  sync.Map               // agent id → a stopEnded round in flight
 	stopSwept sync.Map               // agent id → when stopEnded last checked all it holds (time.Time)
 	stopLive  sync.Map               // agent id → *liveHeld: what stopEnded last found live in the store
 	// stopForgotAt is when forgetStopRounds last dropped departed agents' entries (unix ns).
@@ -241,12 +240,9 @@ type Server struct {
 	appTransport *http.Transport
 	appWatchMu   sync.Mutex
 	appWatchers  map[string]chan struct{} // name → closed at this replica's next write of it
-	// stopRounds bounds the AGT-6 rounds (stopEnded) running at once (maxStopRounds).
-	stopRounds chan struct{}
-	// sweepCalls holds the agents a sweeper's delete is in flight to (agent id → true), and
-	// sweepSlots bounds those deletes at once (maxStopRounds): sweepDelete.
-	sweepCalls sync.Map
-	sweepSlots chan struct{}
+	// stopRounds are the AGT-6 rounds (stopEnded) in flight, sweepDeletes the sweeper's
+	// deletes (sweepDelete): each one per agent, maxStopRounds in all.
+	stopRounds, sweepDeletes *agentCalls
 	// lastForget is when keyed calls were last forgotten (unix ms, C26).
 	lastForget atomic.Int64
 	// hearing is since when this replica could record heartbeats: lease expiry counts
@@ -288,8 +284,8 @@ func New(cfg Config, st berth.Store) *Server {
 		log:            cfg.Logger,
 		appKick:        make(chan struct{}, 1),
 		joinSlots:      inflight.NewSlots(cfg.MaxJoins),
-		stopRounds:     make(chan struct{}, maxStopRounds),
-		sweepSlots:     make(chan struct{}, maxStopRounds),
+		stopRounds:     newAgentCalls(maxStopRounds),
+		sweepDeletes:   newAgentCalls(maxStopRounds),
 		appWatchers:    map[string]chan struct{}{},
 		appTransport:   newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
 	}
@@ -470,20 +466,39 @@ func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) (bu
 	if err != nil {
 		return false
 	}
-	if _, inFlight := s.sweepCalls.LoadOrStore(agentID, true); inFlight {
-		return true
-	}
-	select {
-	case s.sweepSlots <- struct{}{}:
-	default:
-		s.sweepCalls.Delete(agentID)
+	done, ok := s.sweepDeletes.start(agentID)
+	if !ok {
 		return true
 	}
 	go func() {
-		defer func() { <-s.sweepSlots; s.sweepCalls.Delete(agentID) }()
+		defer done()
 		_ = s.agents.delete(ctx, addr, sandboxID)
 	}()
 	return false
+}
+
+// agentCalls bounds one kind of background call to agents: at most one to each agent at a
+// time and a fixed number in all. A call that finds its agent's turn or every slot taken is
+// not queued: its caller tries again later (the next heartbeat, the next sweep).
+type agentCalls struct {
+	busy  sync.Map // agent id → true while its call runs
+	slots inflight.Slots
+}
+
+func newAgentCalls(n int) *agentCalls { return &agentCalls{slots: inflight.NewSlots(n)} }
+
+// start takes agentID's turn and a slot, and returns the function that gives both back; ok
+// is false, with nothing taken, when either is busy.
+func (c *agentCalls) start(agentID string) (done func(), ok bool) {
+	if _, busy := c.busy.LoadOrStore(agentID, true); busy {
+		return nil, false
+	}
+	release, ok := c.slots.TryTake()
+	if !ok {
+		c.busy.Delete(agentID)
+		return nil, false
+	}
+	return func() { release(); c.busy.Delete(agentID) }, true
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease

@@ -147,12 +147,12 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 		IntakeOpen: true, HeartbeatAt: now}, now)
 	must(t, err)
 	now = now.Add(90 * time.Second)
-	h.s.sweepCalls.Store("a1", true) // another sweeper delete to a1 is in flight
+	h.s.sweepDeletes.busy.Store("a1", true) // another sweeper delete to a1 is in flight
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxResuming || a.deletes.Load() != 0 {
 		t.Fatalf("with a1's delete slot taken: %s, %d deletes; want resuming, none yet", sb.State, a.deletes.Load())
 	}
-	h.s.sweepCalls.Delete("a1")
+	h.s.sweepDeletes.busy.Delete("a1")
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxPaused {
 		t.Fatalf("once the slot is free: %s, want paused", sb.State)

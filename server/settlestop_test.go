@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,39 @@ func TestKilledAgentNotQuarantined(t *testing.T) {
 	code, sb, e := h.create(t)
 	if code != http.StatusCreated || sb.AgentID != "killed" {
 		t.Fatalf("after the restart: %d on %q %+v, want the restarted host (not quarantined)", code, sb.AgentID, e)
+	}
+}
+
+// TestMisconfiguredTLSAgentIsQuarantined: unlike a host that is down, one that answers but
+// whose TLS certificate the replica does not trust fails every create sent to it; it counts
+// toward quarantine (PLC-9) and leaves placement, though nothing of a create reached it.
+func TestMisconfiguredTLSAgentIsQuarantined(t *testing.T) {
+	h := newHarnessWith(t, func(c *Config) {
+		c.Quarantine = berth.QuarantinePolicy{After: 3, Backoff: 10 * time.Minute, MaxBackoff: 10 * time.Minute}
+		c.CacheTTL = time.Nanosecond
+	})
+	ctx := context.Background()
+	untrusted := httptest.NewTLSServer(http.NotFoundHandler()) // its certificate: httptest's own
+	t.Cleanup(untrusted.Close)
+	healthy := newFakeAgent(t, "")
+	for _, a := range []struct {
+		id, addr   string
+		admittable int64
+	}{{"bad-tls", untrusted.URL, 8192}, {"healthy", healthy.srv.URL, 8192 - 1024}} { // more room: placement prefers bad-tls
+		_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: a.id, Address: a.addr, Status: berth.AgentActive,
+			IntakeOpen: true, BootID: "boot-1", Seq: 1, MemoryAdmission: berth.AdmissionCommitted,
+			MemoryMiBTotal: 8192, MemoryMiBAdmittable: a.admittable, CPUTotal: 2, HeartbeatAt: h.clock()}, h.clock())
+		must(t, err)
+	}
+	for i := range 3 {
+		if code, sb, e := h.create(t); code != http.StatusCreated || sb.AgentID != "healthy" {
+			t.Fatalf("create %d: %d %+v %+v, want 201 on healthy", i, code, sb, e)
+		}
+	}
+	a, err := h.st.Agent(ctx, "bad-tls")
+	must(t, err)
+	if a.CreateFailures < 3 || a.QuarantinedUntil.IsZero() {
+		t.Fatalf("agent with an untrusted certificate: failures %d, quarantined until %v; want quarantined after 3",
+			a.CreateFailures, a.QuarantinedUntil)
 	}
 }

@@ -308,8 +308,8 @@ func benchCreateOnce(ctx context.Context, hc *http.Client, url, key string, body
 
 // berthError reads an answer's body as Berth's error body, or returns nil when it is not one.
 func berthError(body []byte) *berth.Error {
-	var eb berth.ErrorBody
-	if json.Unmarshal(body, &eb) != nil || eb.Error.Code == "" {
+	eb, ok := berth.ParseErrorBody(body)
+	if !ok {
 		return nil
 	}
 	return &berth.Error{Code: eb.Error.Code, Message: eb.Error.Message}

@@ -222,7 +222,7 @@ class Client:
                 # exec over a bound of execs in flight), for any call: the server refused it
                 # before doing anything.
                 rate_limited = resp.status == 429 and e.code == RATE_LIMITED
-                if r.runs_twice and _retryable_status(resp.status) and not _berth_answer(resp.body):
+                if r.runs_twice and _retryable_status(resp.status) and _error_detail(resp.body) is None:
                     # A proxy's 502/503/504 page: whether Berth got the call is unknown.
                     raise BerthError(OUTCOME_UNKNOWN, e.message + ", after the request was sent: it may have been done;"
                                      " check before sending it again", retryable=False, status=resp.status) from e
@@ -333,14 +333,17 @@ def _not_sent(err: BaseException) -> bool:
     return isinstance(err, urllib.error.URLError)
 
 
-def _berth_answer(body: bytes) -> bool:
-    """Whether body is Berth's error envelope (API-2)."""
+def _error_detail(body: bytes) -> Optional[Dict[str, Any]]:
+    """The inside of Berth's error envelope (API-2) in body, or None when body is not one:
+    JSON whose "error" holds a non-empty code (the Go SDK's berth.ParseErrorBody)."""
     try:
         env = json.loads(body)
     except ValueError:
-        return False
+        return None
     det = env.get("error") if isinstance(env, dict) else None
-    return isinstance(det, dict) and isinstance(det.get("code"), str) and bool(det["code"])
+    if isinstance(det, dict) and isinstance(det.get("code"), str) and det["code"]:
+        return det
+    return None
 
 
 def _retried_failure(err: BaseException) -> bool:
@@ -389,12 +392,8 @@ def _decode_error(status: int, headers: Any, body: bytes, now: float) -> BerthEr
     request at a TLS port is invalid_request saying to use https://. retry_after_s comes from
     the body's retry_after_s, else the Retry-After header read against now."""
     request_id = headers.get("X-Request-Id", "") if headers is not None else ""
-    try:
-        env = json.loads(body)
-    except ValueError:
-        env = None
-    det = env.get("error") if isinstance(env, dict) else None
-    if isinstance(det, dict) and isinstance(det.get("code"), str) and det["code"]:
+    det = _error_detail(body)
+    if det is not None:
         ra_ns = _retry.seconds_ns(det.get("retry_after_s") or 0) if isinstance(det.get("retry_after_s"), (int, float)) else 0
         if ra_ns <= 0:
             d, ok = _retry.retry_after_header(headers, now)

@@ -294,7 +294,9 @@ export class Berth {
         // anything.
         const rateLimited = answer.status === 429 && e.code === "rate_limited";
         // A proxy's 502/503/504 page: whether Berth got the call is unknown.
-        if (r.runsTwice && retryableStatus(answer.status) && !berthAnswer(answer.body)) throw outcomeUnknown(e.message, e);
+        if (r.runsTwice && retryableStatus(answer.status) && errorDetail(new TextDecoder().decode(answer.body)) === undefined) {
+          throw outcomeUnknown(e.message, e);
+        }
         if (!rateLimited && !(r.idempotent && retryableStatus(answer.status))) throw e;
         last = e;
         hintS = retryAfterFromHeaders(answer.headers, now);
@@ -420,17 +422,11 @@ function decodeError(a: Answer, nowMs: number): BerthError {
   const text = new TextDecoder().decode(a.body);
   const headerRequestId = a.headers.get("x-request-id") ?? "";
   const headerHint = retryAfterFromHeaders(a.headers, nowMs) ?? 0;
-  let eb: unknown;
-  try {
-    eb = JSON.parse(text);
-  } catch {
-    eb = undefined;
-  }
-  const detail = (eb as { error?: Record<string, unknown> } | undefined)?.error;
-  if (detail !== null && typeof detail === "object" && typeof detail["code"] === "string" && detail["code"] !== "") {
+  const detail = errorDetail(text);
+  if (detail !== undefined) {
     const bodyHint = typeof detail["retry_after_s"] === "number" ? detail["retry_after_s"] : 0;
     return new BerthError({
-      code: detail["code"],
+      code: detail["code"] as string,
       message: typeof detail["message"] === "string" ? detail["message"] : "",
       retryable: typeof detail["retryable"] === "boolean" ? detail["retryable"] : undefined,
       retryAfterS: bodyHint > 0 ? bodyHint : headerHint,
@@ -486,14 +482,21 @@ function notSent(err: unknown): boolean {
   return errorCodes(err).some((c) => NOT_SENT.has(c));
 }
 
-/** Whether body is Berth's error envelope (API-2). */
-function berthAnswer(body: Uint8Array): boolean {
+/**
+ * The inside of Berth's error envelope (API-2) in text, or undefined when text is not one:
+ * JSON whose `error` holds a non-empty code (the Go SDK's berth.ParseErrorBody).
+ */
+function errorDetail(text: string): Record<string, unknown> | undefined {
+  let eb: unknown;
   try {
-    const eb = JSON.parse(new TextDecoder().decode(body)) as { error?: { code?: unknown } } | null;
-    return typeof eb?.error?.code === "string" && eb.error.code !== "";
+    eb = JSON.parse(text);
   } catch {
-    return false;
+    return undefined;
   }
+  const detail = (eb as { error?: unknown } | null)?.error;
+  if (detail === null || typeof detail !== "object") return undefined;
+  const d = detail as Record<string, unknown>;
+  return typeof d["code"] === "string" && d["code"] !== "" ? d : undefined;
 }
 
 /**
