@@ -41,8 +41,10 @@ type ErrorBody struct {
 // ParseErrorBody reads b as an ErrorBody; ok is false unless it is one: JSON with a non-empty
 // error code. Every reader of Berth's answers (the SDK, a replica reading its agents, the
 // bench) tells Berth's own error from anything else in front of it (a proxy's page) so.
-func ParseErrorBody(b []byte) (eb ErrorBody, ok bool) {
-	return eb, json.Unmarshal(b, &eb) == nil && eb.Error.Code != ""
+func ParseErrorBody(b []byte) (ErrorBody, bool) {
+	var eb ErrorBody
+	err := json.Unmarshal(b, &eb)
+	return eb, err == nil && eb.Error.Code != ""
 }
 
 // ErrorDetail is the inside of ErrorBody. RetryAfterS is whole seconds (the same value as the

@@ -20,7 +20,10 @@ import (
 func NothingSent(err error) bool {
 	var cert *tls.CertificateVerificationError
 	var notTLS tls.RecordHeaderError
-	return NotConnected(err) || errors.As(err, &cert) || errors.As(err, &notTLS) || ClosedIdle(err)
+	// A RecordHeaderError carries its Conn only from the handshake (crypto/tls: nil once there
+	// has been one): after it, a bad record may follow a request written in full (an attack:
+	// an agent that ran an exec and then sent a malformed record read as "nothing sent").
+	return NotConnected(err) || errors.As(err, &cert) || errors.As(err, &notTLS) && notTLS.Conn != nil || ClosedIdle(err)
 }
 
 // NotConnected reports whether err says no connection to the server could be made at all:

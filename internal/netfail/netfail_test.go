@@ -18,13 +18,14 @@ func TestNothingSent(t *testing.T) {
 		err  error
 		want bool
 	}{
-		"refused":           {wrap(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), true},
-		"proxy refused":     {wrap(&net.OpError{Op: "proxyconnect", Net: "tcp", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}), true},
-		"untrusted cert":    {wrap(&tls.CertificateVerificationError{Err: errors.New("x509: unknown authority")}), true},
-		"not TLS":           {wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), true},
-		"closed idle":       {wrap(fmt.Errorf("%w", errors.New(closedIdleText))), true},
-		"reset after send":  {wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), false},
-		"EOF before answer": {wrap(errors.New("EOF")), false},
+		"refused":                        {wrap(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), true},
+		"proxy refused":                  {wrap(&net.OpError{Op: "proxyconnect", Net: "tcp", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}), true},
+		"untrusted cert":                 {wrap(&tls.CertificateVerificationError{Err: errors.New("x509: unknown authority")}), true},
+		"not TLS":                        {wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake", Conn: &net.TCPConn{}}), true},
+		"bad record after the handshake": {wrap(tls.RecordHeaderError{Msg: "oversized record received"}), false},
+		"closed idle":                    {wrap(fmt.Errorf("%w", errors.New(closedIdleText))), true},
+		"reset after send":               {wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), false},
+		"EOF before answer":              {wrap(errors.New("EOF")), false},
 		"forged header": {wrap(errors.New("net/http: HTTP/1.x transport connection broken: malformed MIME header line: " +
 			"server closed idle connection")), false},
 		"TLS alert": {wrap(&net.OpError{Op: "remote error", Err: tls.AlertError(42)}), false},
