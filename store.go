@@ -96,6 +96,18 @@ type SandboxFilter struct {
 	// ended sandboxes, however long, never crowds a live one out of Limit.
 	Live  bool
 	Limit int
+	// OldestFirst lists oldest first — by CreatedAt, then ID — starting after After (the
+	// zero SandboxKey starts at the first): the sweeper pages through every sandbox of a
+	// state with it, so a state holding more than Limit rows is still swept whole.
+	OldestFirst bool
+	After       SandboxKey
+}
+
+// SandboxKey is a sandbox's place in SandboxFilter.OldestFirst's order: its CreatedAt (the
+// store keeps milliseconds) and ID.
+type SandboxKey struct {
+	CreatedAt time.Time
+	ID        string
 }
 
 // SandboxStore keeps sandboxes. Every state change writes its event in the same transaction
@@ -110,7 +122,7 @@ type SandboxStore interface {
 	Sandbox(ctx context.Context, id string) (Sandbox, error)
 	// SandboxByIdempotencyKey returns the tenant's sandbox created with key, or ErrNotFound.
 	SandboxByIdempotencyKey(ctx context.Context, tenant, key string) (Sandbox, error)
-	// Sandboxes lists sandboxes matching f, newest first.
+	// Sandboxes lists sandboxes matching f, newest first (oldest first with f.OldestFirst).
 	Sandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
 	// SandboxesByID returns the sandboxes of ids the store knows, in no order; an unknown id is
 	// left out, and a repeated one answered once. A long list is read in parts (issue 16,

@@ -77,14 +77,15 @@ func (s *Server) checkpointSandbox(ctx context.Context, sb berth.Sandbox, from [
 	case err == nil:
 		why = fmt.Sprintf("checkpointed on agent/%s: %d MiB resident, a %.1f MiB image (%.1f MiB stored) in %d ms + %d ms upload",
 			sb.AgentID, res.ResidentMiB, float64(res.ImageBytes)/(1<<20), float64(res.StoredBytes)/(1<<20), res.CheckpointMS, res.UploadMS)
-	case errors.Is(err, errUnreachable) && s.imageStored(rec, image):
+	case errors.Is(err, errUnreachable):
+		if stored, _ := s.imageStored(rec, image); !stored {
+			// What the agent did is unknown: the sweeper settles it from what the agent
+			// and the store hold (settleCheckpoints), never a guess here.
+			s.log.Warn("checkpoint outcome unknown; left to the sweeper", "sandbox", sb.ID, "state", via, "err", err)
+			return sb, res, err
+		}
 		// The answer was lost, not the checkpoint: its image is whole in the store.
 		why, err = "checkpointed on agent/"+sb.AgentID+" (its answer was lost; the image is stored)", nil
-	case errors.Is(err, errUnreachable):
-		// What the agent did is unknown: the sweeper settles it from what the agent and
-		// the store hold (settleCheckpoints), never a guess here.
-		s.log.Warn("checkpoint outcome unknown; left to the sweeper", "sandbox", sb.ID, "state", via, "err", err)
-		return sb, res, err
 	default:
 		to, why := berth.SandboxRunning, "checkpoint failed; it runs on: "+berth.ErrorMessage(err)
 		if berth.ErrorCode(err) == berth.ESandboxNotFound {

@@ -284,8 +284,8 @@ func New(cfg Config, st berth.Store) *Server {
 		log:            cfg.Logger,
 		appKick:        make(chan struct{}, 1),
 		joinSlots:      inflight.NewSlots(cfg.MaxJoins),
-		stopRounds:     newAgentCalls(maxStopRounds),
-		sweepDeletes:   newAgentCalls(maxStopRounds),
+		stopRounds:     newAgentCalls(maxStopRounds, 3*cfg.HeartbeatInterval, cfg.Clock),
+		sweepDeletes:   newAgentCalls(maxStopRounds, 3*cfg.HeartbeatInterval, cfg.Clock),
 		appWatchers:    map[string]chan struct{}{},
 		appTransport:   newAppTransport(cfg.AppHeaderTimeout, cfg.AgentTLS, cfg.RequireAgentTLS),
 	}
@@ -430,23 +430,19 @@ func (s *Server) sweep(ctx context.Context) {
 	s.forgetStopRounds(s.cfg.Clock())
 	s.purgeEnded(ctx)
 	s.forgetCalls(ctx)
-	starting, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStarting})
-	if err != nil {
-		return
-	}
 	cutoff := s.cfg.Clock().Add(-s.cfg.StartingGrace)
-	for _, sb := range starting {
+	_ = s.eachInState(ctx, berth.SandboxStarting, func(sb berth.Sandbox) bool {
 		if sb.CreatedAt.After(cutoff) {
-			continue
+			return false // oldest first: every one after it is younger still
 		}
 		ok, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStarting}, berth.SandboxFailed,
 			"create abandoned: no replica finished it and its agent never listed it", "sweeper/"+s.cfg.ReplicaID, s.cfg.Clock())
-		if err != nil || !ok {
-			continue
+		if err == nil && ok {
+			s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
+			_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all (skipped: AGT-6 stops a failed row)
 		}
-		s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
-		_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all (skipped: AGT-6 stops a failed row)
-	}
+		return true
+	})
 }
 
 // maxLiveOnHost bounds the live sandboxes of one host read at once (a drain's status, lease
@@ -475,30 +471,6 @@ func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) (bu
 		_ = s.agents.delete(ctx, addr, sandboxID)
 	}()
 	return false
-}
-
-// agentCalls bounds one kind of background call to agents: at most one to each agent at a
-// time and a fixed number in all. A call that finds its agent's turn or every slot taken is
-// not queued: its caller tries again later (the next heartbeat, the next sweep).
-type agentCalls struct {
-	busy  sync.Map // agent id → true while its call runs
-	slots inflight.Slots
-}
-
-func newAgentCalls(n int) *agentCalls { return &agentCalls{slots: inflight.NewSlots(n)} }
-
-// start takes agentID's turn and a slot, and returns the function that gives both back; ok
-// is false, with nothing taken, when either is busy.
-func (c *agentCalls) start(agentID string) (done func(), ok bool) {
-	if _, busy := c.busy.LoadOrStore(agentID, true); busy {
-		return nil, false
-	}
-	release, ok := c.slots.TryTake()
-	if !ok {
-		c.busy.Delete(agentID)
-		return nil, false
-	}
-	return func() { release(); c.busy.Delete(agentID) }, true
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease

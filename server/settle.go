@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -25,62 +24,72 @@ import (
 //   - resuming: its agent lists it → the heartbeat already promoted it; else paused again
 //     (its image is still there) and the agent is told to stop whatever it started.
 func (s *Server) settleCheckpoints(ctx context.Context) {
-	now := s.cfg.Clock()
-	actor := "sweeper/" + s.cfg.ReplicaID
 	for _, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxSnapshotting, berth.SandboxResuming} {
-		sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: st})
-		if err != nil {
+		if s.eachInState(ctx, st, func(sb berth.Sandbox) bool {
+			s.settleCheckpoint(ctx, st, sb)
+			return true
+		}) != nil {
 			return
 		}
-		grace := s.cfg.StartingGrace
-		if st != berth.SandboxResuming {
-			grace += s.cfg.PauseTimeout
+	}
+}
+
+// settleCheckpoint settles sb, found in state st, if it has been there past its grace; see
+// settleCheckpoints.
+func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb berth.Sandbox) {
+	now := s.cfg.Clock()
+	grace := s.cfg.StartingGrace
+	if st != berth.SandboxResuming {
+		grace += s.cfg.PauseTimeout
+	}
+	since, ok := s.enteredAt(ctx, sb.ID, st)
+	if !ok || now.Sub(since) < grace {
+		return
+	}
+	held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
+	stored, known := false, true
+	if st != berth.SandboxResuming {
+		stored, known = s.imageStored(ctx, sb.Image)
+	}
+	if !known {
+		return // the snapshot store could not tell: a later round asks again
+	}
+	listedLate := listedAt.After(since.Add(grace)) // after the checkpoint surely ended
+	move := berth.SandboxMove{ExpiresAt: sb.ExpiresAt, Image: sb.Image}
+	var why, drop string // drop: images to delete once the move is recorded
+	switch {
+	case st == berth.SandboxResuming && held:
+		return // its agent's heartbeat promotes it
+	case st == berth.SandboxResuming:
+		if s.sweepDelete(ctx, sb.AgentID, sb.ID) {
+			return // the delete waits for a free slot: once paused, none would go
 		}
-		for _, sb := range sbs {
-			since, ok := s.enteredAt(ctx, sb.ID, st)
-			if !ok || now.Sub(since) < grace {
-				continue
-			}
-			held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
-			stored := st != berth.SandboxResuming && s.imageStored(ctx, sb.Image)
-			listedLate := listedAt.After(since.Add(grace)) // after the checkpoint surely ended
-			move := berth.SandboxMove{ExpiresAt: sb.ExpiresAt, Image: sb.Image}
-			var why, drop string // drop: images to delete once the move is recorded
-			switch {
-			case st == berth.SandboxResuming && held:
-				continue // its agent's heartbeat promotes it
-			case st == berth.SandboxResuming:
-				if s.sweepDelete(ctx, sb.AgentID, sb.ID) {
-					continue // the delete waits for a free slot: once paused, none would go
-				}
-				move.To, move.PausedAt = berth.SandboxPaused, now
-				why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
-			case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
-				// Both stored and listed, by a list from before the checkpoint surely ended:
-				// the list may predate the guest's stop, and the agent's next one decides.
-				continue
-			case stored && held && listedLate:
-				// Listed after the checkpoint ended: the upload failed after its file list
-				// landed and the agent restored the guest. It runs; the image is stale.
-				move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
-				why = "checkpoint abandoned: agent/" + sb.AgentID + " still runs it after the checkpoint ended; its image is dropped"
-				drop = sb.Image + "/"
-			case stored && !held:
-				move.To, move.PausedAt = berth.SandboxPaused, now
-				why = "checkpoint finished without its replica: its image " + sb.Image + " is stored"
-			case held:
-				move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
-				why = "checkpoint abandoned: no replica finished it; agent/" + sb.AgentID + " still runs it"
-			default:
-				move.To, move.Image = berth.SandboxLost, ""
-				why = "checkpoint interrupted: agent/" + sb.AgentID + " does not hold it and no image was stored"
-			}
-			if ok, err := s.store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{st}, move, why, actor, now); err == nil && ok {
-				s.log.Warn("settled an abandoned checkpoint or resume", "sandbox", sb.ID, "from", st, "to", move.To, "reason", why)
-				if drop != "" {
-					s.deleteImages(ctx, drop)
-				}
-			}
+		move.To, move.PausedAt = berth.SandboxPaused, now
+		why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
+	case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
+		// Both stored and listed, by a list from before the checkpoint surely ended:
+		// the list may predate the guest's stop, and the agent's next one decides.
+		return
+	case stored && held && listedLate:
+		// Listed after the checkpoint ended: the upload failed after its file list
+		// landed and the agent restored the guest. It runs; the image is stale.
+		move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
+		why = "checkpoint abandoned: agent/" + sb.AgentID + " still runs it after the checkpoint ended; its image is dropped"
+		drop = sb.Image + "/"
+	case stored && !held:
+		move.To, move.PausedAt = berth.SandboxPaused, now
+		why = "checkpoint finished without its replica: its image " + sb.Image + " is stored"
+	case held:
+		move.To, move.AgentID = berth.SandboxRunning, sb.AgentID
+		why = "checkpoint abandoned: no replica finished it; agent/" + sb.AgentID + " still runs it"
+	default:
+		move.To, move.Image = berth.SandboxLost, ""
+		why = "checkpoint interrupted: agent/" + sb.AgentID + " does not hold it and no image was stored"
+	}
+	if ok, err := s.store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{st}, move, why, "sweeper/"+s.cfg.ReplicaID, now); err == nil && ok {
+		s.log.Warn("settled an abandoned checkpoint or resume", "sandbox", sb.ID, "from", st, "to", move.To, "reason", why)
+		if drop != "" {
+			s.deleteImages(ctx, drop)
 		}
 	}
 }
@@ -111,14 +120,51 @@ func (s *Server) agentList(ctx context.Context, id, sbID string) (bool, time.Tim
 }
 
 // imageStored reports whether the snapshot store holds image complete (its file list is
-// written last). Without a store configured it cannot know, and says no.
-func (s *Server) imageStored(ctx context.Context, image string) bool {
+// written last). known is false when the store could not tell — an error other than "not
+// found", or no answer within snapshotCheckTimeout — so a caller never reads a store's fault
+// as a missing image (a sweep did: the sandbox was recorded lost, its stored image orphaned).
+// Without a store configured nothing can have been stored: (false, true).
+func (s *Server) imageStored(ctx context.Context, image string) (stored, known bool) {
 	if s.cfg.Snapshots == nil || image == "" {
-		return false
+		return false, true
 	}
+	ctx, cancel := context.WithTimeout(ctx, snapshotCheckTimeout)
+	defer cancel()
 	ok, err := s.cfg.Snapshots.Exists(ctx, image+"/files.json")
 	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 		s.log.Warn("snapshot store: cannot tell whether an image exists", "image", image, "err", err)
+		return false, false
 	}
-	return ok && !errors.Is(err, context.Canceled)
+	return ok, true
 }
+
+// snapshotCheckTimeout bounds imageStored's question to the snapshot store, so a store that
+// hangs holds neither a sweep nor a pause's answer for long.
+const snapshotCheckTimeout = 30 * time.Second
+
+// eachInState calls fn on every sandbox in state st, oldest created first, reading sweepPage
+// rows at a time: a state holding more rows than one read is still swept whole (a single
+// read of the newest 1,000 left the oldest — the ones past their grace — unsettled for good).
+// It stops early when fn returns false (nil), or when a read fails or ctx ends (the error).
+func (s *Server) eachInState(ctx context.Context, st berth.SandboxState, fn func(berth.Sandbox) bool) error {
+	f := berth.SandboxFilter{State: st, OldestFirst: true, Limit: sweepPage}
+	for {
+		sbs, err := s.store.Sandboxes(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, sb := range sbs {
+			if !fn(sb) {
+				return nil
+			}
+		}
+		if len(sbs) < sweepPage || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		last := sbs[len(sbs)-1]
+		f.After = berth.SandboxKey{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+}
+
+// sweepPage is how many sandboxes of a state the sweeper reads at once.
+const sweepPage = 1000

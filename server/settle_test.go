@@ -147,12 +147,12 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 		IntakeOpen: true, HeartbeatAt: now}, now)
 	must(t, err)
 	now = now.Add(90 * time.Second)
-	h.s.sweepDeletes.busy.Store("a1", true) // another sweeper delete to a1 is in flight
+	release, _ := h.s.sweepDeletes.start("a1") // another sweeper delete to a1 is in flight
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxResuming || a.deletes.Load() != 0 {
 		t.Fatalf("with a1's delete slot taken: %s, %d deletes; want resuming, none yet", sb.State, a.deletes.Load())
 	}
-	h.s.sweepDeletes.busy.Delete("a1")
+	release()
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxPaused {
 		t.Fatalf("once the slot is free: %s, want paused", sb.State)
@@ -160,4 +160,96 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 	waitUntil(t, "the abandoned resume's guest told to stop", func() (bool, string) {
 		return a.deletes.Load() == 1, fmt.Sprintf("%d deletes", a.deletes.Load())
 	})
+}
+
+// TestSweepSettlesPastTheFirstPage: the sweeper's reads of abandoned creates, deletes and
+// pauses read every row of their state, oldest first, a page at a time. A single read of the
+// newest 1,000 (as before) never saw the oldest rows — the abandoned ones — once more than
+// 1,000 younger ones shared their state.
+func TestSweepSettlesPastTheFirstPage(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	h := newHarnessWith(t, func(c *Config) {
+		c.Clock, c.StartingGrace, c.PauseTimeout = func() time.Time { return now }, time.Minute, time.Minute
+	})
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	put := func(id string, st berth.SandboxState) {
+		t.Helper()
+		sb := berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1", State: st, MemoryMiB: 1,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if st == berth.SandboxStopping {
+			sb.State = berth.SandboxRunning
+		}
+		must(t, h.st.CreateSandbox(ctx, sb, "test", now))
+		if st == berth.SandboxStopping { // entered by a delete, as a replica does
+			_, err := h.st.TransitionSandbox(ctx, id, nil, berth.SandboxStopping, "delete requested", "tenant/acme", now)
+			must(t, err)
+		}
+	}
+	beat := func() {
+		t.Helper()
+		_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+			BootID: "boot-1", IntakeOpen: true, HeartbeatAt: now}, now)
+		must(t, err)
+	}
+	states := []berth.SandboxState{berth.SandboxStarting, berth.SandboxStopping, berth.SandboxPausing}
+	for _, st := range states {
+		put("old-"+string(st), st)
+	}
+	beat()
+	now = now.Add(10 * time.Minute)
+	for _, st := range states {
+		for i := range sweepPage {
+			put(fmt.Sprintf("young-%s-%04d", st, i), st)
+		}
+	}
+	now = now.Add(time.Second)
+	beat() // after the deletes began: the agent lists none of them
+	h.s.sweep(ctx)
+	want := map[string]berth.SandboxState{
+		"old-starting": berth.SandboxFailed, "old-stopping": berth.SandboxStopped, "old-pausing": berth.SandboxLost,
+		"young-starting-0000": berth.SandboxStarting, "young-stopping-0999": berth.SandboxStopping,
+		"young-pausing-0500": berth.SandboxPausing,
+	}
+	for id, st := range want {
+		sb, err := h.st.Sandbox(ctx, id)
+		if err != nil || sb.State != st {
+			t.Errorf("%s is %s (%s), %v; want %s", id, sb.State, sb.Reason, err, st)
+		}
+	}
+}
+
+// TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing: an abandoned pause is settled by whether
+// its image is stored; a snapshot store that answers with a fault (not "not found") cannot
+// tell, and the sandbox waits for a later round. It was read as "no image": the sandbox was
+// recorded lost and its stored image orphaned.
+func TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
+	must(t, err)
+	t.Cleanup(func() { bucket.Close() })
+	h := newHarnessWith(t, func(c *Config) {
+		c.Clock, c.Snapshots, c.StartingGrace, c.PauseTimeout = func() time.Time { return now }, bucket, time.Minute, time.Minute
+	})
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-1", Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxPausing, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-1/1"}, "test", now))
+	_, err = h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now}, now)
+	must(t, err)
+	// A file where the image's directory should be: asking for sb-1/1/files.json fails with
+	// "not a directory", a fault of the store's, not "not found".
+	must(t, bucket.WriteAll(ctx, "sb-1", []byte("x"), nil))
+	now = now.Add(3 * time.Minute)
+	h.s.settleCheckpoints(ctx)
+	if sb, _ := h.st.Sandbox(ctx, "sb-1"); sb.State != berth.SandboxPausing || sb.Image != "sb-1/1" {
+		t.Fatalf("with the snapshot store failing: %s, image %q; want pausing with its image", sb.State, sb.Image)
+	}
+	must(t, bucket.Delete(ctx, "sb-1"))
+	must(t, bucket.WriteAll(ctx, "sb-1/1/files.json", []byte(`{"files":[]}`), nil))
+	h.s.settleCheckpoints(ctx)
+	if sb, _ := h.st.Sandbox(ctx, "sb-1"); sb.State != berth.SandboxPaused || sb.Image != "sb-1/1" {
+		t.Fatalf("once the store answers: %s (%s), image %q; want paused with its image", sb.State, sb.Reason, sb.Image)
+	}
 }

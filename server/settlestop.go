@@ -19,34 +19,37 @@ import (
 //
 // An agent that is silent is the leases' business (LIF-2): its sandboxes become lost.
 func (s *Server) settleStopping(ctx context.Context) {
-	sbs, err := s.store.Sandboxes(ctx, berth.SandboxFilter{State: berth.SandboxStopping})
-	if err != nil {
+	_ = s.eachInState(ctx, berth.SandboxStopping, func(sb berth.Sandbox) bool {
+		s.settleStop(ctx, sb)
+		return true
+	})
+}
+
+// settleStop settles one sandbox found stopping, if it has been so past StartingGrace; see
+// settleStopping.
+func (s *Server) settleStop(ctx context.Context, sb berth.Sandbox) {
+	now := s.cfg.Clock()
+	since, ok := s.enteredAt(ctx, sb.ID, berth.SandboxStopping)
+	if !ok || now.Sub(since) < s.cfg.StartingGrace {
 		return
 	}
-	now := s.cfg.Clock()
-	actor := "sweeper/" + s.cfg.ReplicaID
-	for _, sb := range sbs {
-		since, ok := s.enteredAt(ctx, sb.ID, berth.SandboxStopping)
-		if !ok || now.Sub(since) < s.cfg.StartingGrace {
-			continue
+	why := "delete abandoned: no replica finished it and its host no longer holds it"
+	if sb.AgentID != "" {
+		a, err := s.store.Agent(ctx, sb.AgentID)
+		if err != nil || !a.LastSeen.After(since) {
+			return // no heartbeat since the delete began: nothing to judge by
 		}
-		why := "delete abandoned: no replica finished it and its host no longer holds it"
-		if sb.AgentID != "" {
-			a, err := s.store.Agent(ctx, sb.AgentID)
-			if err != nil || !a.LastSeen.After(since) {
-				continue // no heartbeat since the delete began: nothing to judge by
-			}
-			if s.agentHolds(ctx, sb.AgentID, sb.ID) {
-				_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // finish the delete; a later round records it
-				continue
-			}
-			why = "delete abandoned: no replica finished it and agent/" + sb.AgentID + " no longer lists it"
+		if s.agentHolds(ctx, sb.AgentID, sb.ID) {
+			_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // finish the delete; a later round records it
+			return
 		}
-		ok, err = s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStopping}, berth.SandboxStopped, why, actor, now)
-		if err != nil || !ok {
-			continue
-		}
-		s.sched.noteEnded(sb.AgentID)
-		s.log.Warn("abandoned delete settled by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
+		why = "delete abandoned: no replica finished it and agent/" + sb.AgentID + " no longer lists it"
 	}
+	ok, err := s.store.TransitionSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxStopping}, berth.SandboxStopped, why,
+		"sweeper/"+s.cfg.ReplicaID, now)
+	if err != nil || !ok {
+		return
+	}
+	s.sched.noteEnded(sb.AgentID)
+	s.log.Warn("abandoned delete settled by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
 }

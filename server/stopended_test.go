@@ -70,7 +70,7 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 		t.Helper()
 		before := calls.count()
 		s.stopEnded(hb)
-		waitUntil(t, what+": the round", func() (bool, string) { _, busy := s.stopRounds.busy.Load("a1"); return !busy, "" })
+		waitUntil(t, what+": the round", func() (bool, string) { return !s.stopRounds.busy("a1"), "" })
 		if got := calls.count() - before; got != reads {
 			t.Errorf("%s: %d reads of the store (%v); want %d", what, got, calls.calls[before:], reads)
 		}
@@ -106,11 +106,11 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	_, err = st.TransitionSandbox(ctx, "sb-1", []berth.SandboxState{berth.SandboxRunning}, berth.SandboxStopped, "deleted", "test", now)
 	must(t, err)
 	now = now.Add(s.cfg.HeldSweepEvery - time.Second)
-	s.stopRounds.busy.Store("a1", true) // a round in flight
+	release, _ := s.stopRounds.start("a1") // a round in flight
 	skipped := whole
 	skipped.BootID = "b2"
 	s.stopEnded(skipped)
-	s.stopRounds.busy.Delete("a1")
+	release()
 	now = now.Add(2 * time.Second)
 	next := delta()
 	next.BootID = "b2"

@@ -95,17 +95,6 @@ func NewSlots(n int) Slots { return make(Slots, max(n, 1)) }
 // ErrNoSlot is Take's answer when no slot came free within its wait.
 var ErrNoSlot = errors.New("no slot came free")
 
-// TryTake takes a slot if one is free now, and returns the function that gives it back; ok
-// is false, with nothing taken, when none is.
-func (s Slots) TryTake() (release func(), ok bool) {
-	select {
-	case s <- struct{}{}:
-		return func() { <-s }, true
-	default:
-		return nil, false
-	}
-}
-
 // Take waits at most wait (and no longer than ctx) for a slot and returns the function that
 // gives it back. Errors: ErrNoSlot, or ctx's error; callers turn them into their refusal.
 func (s Slots) Take(ctx context.Context, wait time.Duration) (release func(), err error) {

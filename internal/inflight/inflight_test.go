@@ -129,19 +129,3 @@ func TestSlots(t *testing.T) {
 		t.Fatalf("a take after the slot came back: %v", err)
 	}
 }
-
-// TestSlotsTryTake: TryTake takes a free slot at once and never waits for one.
-func TestSlotsTryTake(t *testing.T) {
-	s := NewSlots(1)
-	release, ok := s.TryTake()
-	if !ok {
-		t.Fatal("the free slot was not taken")
-	}
-	if _, ok := s.TryTake(); ok {
-		t.Fatal("a second slot was taken from one")
-	}
-	release()
-	if _, ok := s.TryTake(); !ok {
-		t.Fatal("the slot given back could not be taken again")
-	}
-}

@@ -306,6 +306,15 @@ func testSandboxesFilter(t *testing.T, s berth.Store) {
 		{"all fields", berth.SandboxFilter{Tenant: "acme", State: berth.SandboxRunning, AgentID: "a1"}, []string{"sb-1"}},
 		{"limit keeps the newest", berth.SandboxFilter{Limit: 2}, []string{"sb-4", "sb-3"}},
 		{"nothing", berth.SandboxFilter{Tenant: "gamma"}, nil},
+		{"oldest first", berth.SandboxFilter{OldestFirst: true}, []string{"sb-1", "sb-2", "sb-3", "sb-4"}},
+		{"oldest first, a page", berth.SandboxFilter{OldestFirst: true, Limit: 2}, []string{"sb-1", "sb-2"}},
+		{"oldest first after a cursor", berth.SandboxFilter{State: berth.SandboxRunning, OldestFirst: true,
+			After: berth.SandboxKey{CreatedAt: at(0), ID: "sb-1"}}, []string{"sb-2", "sb-4"}},
+		// The cursor's time alone does not skip a row of the same millisecond: ids order them.
+		{"a cursor's id breaks a tie", berth.SandboxFilter{OldestFirst: true,
+			After: berth.SandboxKey{CreatedAt: at(3 * time.Second), ID: "sb-3"}}, []string{"sb-4"}},
+		{"after the last", berth.SandboxFilter{OldestFirst: true,
+			After: berth.SandboxKey{CreatedAt: at(3 * time.Second), ID: "sb-4"}}, nil},
 	}
 	for _, tc := range tests {
 		got, err := s.Sandboxes(ctx, tc.filter)

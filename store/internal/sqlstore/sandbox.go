@@ -159,8 +159,9 @@ func (s *Store) SandboxByIdempotencyKey(ctx context.Context, tenant, key string)
 	return sb, err
 }
 
-// Sandboxes lists sandboxes matching f, newest (created_at) first, ties by id descending;
-// f.Limit 0 means 1000.
+// Sandboxes lists sandboxes matching f, newest (created_at) first, ties by id descending, or
+// with f.OldestFirst oldest first after the cursor f.After (a row-value comparison, as
+// ExpiringFirst's); f.Limit 0 means 1000.
 func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.Sandbox, error) {
 	var where []string
 	var args []any
@@ -179,11 +180,16 @@ func (s *Store) Sandboxes(ctx context.Context, f berth.SandboxFilter) ([]berth.S
 	if f.Live {
 		where, args = append(where, "state NOT IN "+inTerminal), append(args, terminalStates...)
 	}
+	order := " ORDER BY created_at DESC, id DESC LIMIT ?"
+	if f.OldestFirst {
+		where, args = append(where, "(created_at, id) > (?, ?)"), append(args, ms(f.After.CreatedAt), f.After.ID)
+		order = " ORDER BY created_at, id LIMIT ?"
+	}
 	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	q += order
 	args = append(args, limitOr(f.Limit, defaultLimit))
 	rows, err := s.pool().query(ctx, q, args...)
 	if err != nil {
