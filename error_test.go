@@ -37,3 +37,42 @@ func TestParseErrorBody(t *testing.T) {
 		}
 	}
 }
+
+// TestParseExecResult: an exec result is a JSON object whose exit_code is a number with an
+// integer value of magnitude at most 2^53−1 (1.0 and 1e2 are integers, as they are for the
+// Python and TypeScript SDKs); anything else that once read as exit code 0 is not one.
+func TestParseExecResult(t *testing.T) {
+	for body, want := range map[string]*ExecResult{
+		`{"exit_code":0,"stdout":"hi\n","stderr":""}`:      {Stdout: "hi\n"},
+		` {"exit_code":-1,"stdout":null,"stderr":"late"} `: {ExitCode: -1, Stderr: "late"},
+		`{"exit_code":2.0}`:                                {ExitCode: 2},
+		`{"exit_code":1e2,"extra":[1]}`:                    {ExitCode: 100},
+		`{"exit_code":9007199254740991}`:                   {ExitCode: MaxExecExitCode},
+		`{"exit_code":-9007199254740991}`:                  {ExitCode: -MaxExecExitCode},
+		``:                                                 nil,
+		`null`:                                             nil,
+		` null `:                                           nil,
+		`{}`:                                               nil,
+		`[]`:                                               nil,
+		`[{"exit_code":0}]`:                                nil,
+		`"0"`:                                              nil,
+		`0`:                                                nil,
+		`{"stdout":"hi"}`:                                  nil,
+		`{"exit_code":"0"}`:                                nil,
+		`{"exit_code":null}`:                               nil,
+		`{"exit_code":true}`:                               nil,
+		`{"exit_code":[0]}`:                                nil,
+		`{"exit_code":1.5}`:                                nil,
+		`{"exit_code":9007199254740992}`:                   nil,
+		`{"exit_code":1e400}`:                              nil,
+		`{"EXIT_CODE":0}`:                                  nil,
+		`{"exit_code":0,"stdout":5}`:                       nil,
+		`{"exit_code":0`:                                   nil,
+		`{"exit_code":0} {}`:                               nil,
+	} {
+		got, err := ParseExecResult([]byte(body))
+		if (err == nil) != (want != nil) || (want != nil && got != *want) {
+			t.Errorf("ParseExecResult(%q) = %+v, %v; want %+v", body, got, err, want)
+		}
+	}
+}

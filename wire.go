@@ -1,10 +1,15 @@
 package berth
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
 	"time"
 )
 
@@ -45,6 +50,84 @@ func ParseErrorBody(b []byte) (ErrorBody, bool) {
 	var eb ErrorBody
 	err := json.Unmarshal(b, &eb)
 	return eb, err == nil && eb.Error.Code != ""
+}
+
+// ParseExecResult reads b, the body of an exec's 200, as an ExecResult; the error says why
+// it is not one. An exec result is a JSON object whose "exit_code" member is a JSON number
+// with an integer value (1 and 1.0 alike) of magnitude at most MaxExecExitCode; its "stdout"
+// and "stderr", when present and not null, are strings. Anything else — null, {}, [],
+// {"stdout":"x"}, {"exit_code":"0"}, {"exit_code":1.5} — is not a result: decoded straight
+// into an ExecResult, null, {} and {"stdout":"x"} read as exit code 0, a command that
+// succeeded, when what the command did is unknown. Every reader of an exec's answer in Go (a
+// replica reading its agent's, the Go SDK and so the CLI reading a replica's) decides with
+// this function, and makes anything else outcome_unknown (EOutcomeUnknown): the exec was
+// sent and may have run. The Python SDK (ExecResult.from_answer) and the TypeScript SDK
+// (execResult) check the same shape.
+func ParseExecResult(b []byte) (ExecResult, error) {
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return ExecResult{}, errors.New(notAnObject(t))
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ExecResult{}, fmt.Errorf("the body is not JSON: %w", err)
+	}
+	raw, ok := m["exit_code"]
+	if !ok {
+		return ExecResult{}, errors.New("it has no exit_code")
+	}
+	code, ok := jsonInteger(raw)
+	if !ok {
+		if len(raw) > 40 {
+			raw = append(raw[:40:40], "…"...)
+		}
+		return ExecResult{}, fmt.Errorf("its exit_code %s is not an integer", raw)
+	}
+	res := ExecResult{ExitCode: code}
+	for _, f := range []struct {
+		name string
+		to   *string
+	}{{"stdout", &res.Stdout}, {"stderr", &res.Stderr}} {
+		if v, ok := m[f.name]; ok {
+			if err := json.Unmarshal(v, f.to); err != nil {
+				return ExecResult{}, fmt.Errorf("its %s is not a string", f.name)
+			}
+		}
+	}
+	return res, nil
+}
+
+// MaxExecExitCode is the largest magnitude of an exec result's exit_code, 2^53−1: the
+// largest integer every SDK's numbers hold exactly (a JavaScript number's), so the Go,
+// Python and TypeScript SDKs agree on what an exec result is. Real exit codes are far
+// smaller (0…255, −1 for a command that timed out).
+const MaxExecExitCode = 1<<53 - 1
+
+// jsonInteger returns the value of raw, one JSON value, when it is a number with an integer
+// value of magnitude at most MaxExecExitCode. It reads the number as a float64, as
+// JavaScript does, so 1.0 and 1e2 are integers and the SDKs decide alike.
+func jsonInteger(raw json.RawMessage) (int, bool) {
+	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+		return 0, false // a string, null, true/false, an object or an array
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > MaxExecExitCode {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// notAnObject names what t, a body's text from its first non-space byte, is instead of a
+// JSON object.
+func notAnObject(t []byte) string {
+	switch {
+	case len(t) == 0:
+		return "the body is empty"
+	case string(bytes.TrimRight(t, " \t\r\n")) == "null":
+		return "the body is null"
+	case t[0] == '[':
+		return "the body is an array"
+	}
+	return "the body is not a JSON object"
 }
 
 // ErrorDetail is the inside of ErrorBody. RetryAfterS is whole seconds (the same value as the

@@ -98,8 +98,12 @@ func (d *deadlineTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		_, _ = io.Copy(io.Discard, req.Body)
 		req.Body.Close()
 	}
+	body := "{}"
+	if strings.HasSuffix(req.URL.Path, "/exec") {
+		body = `{"exit_code":0,"stdout":"","stderr":""}` // {} is no exec result (berth.ParseExecResult)
+	}
 	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Request: req,
-		Body: io.NopCloser(strings.NewReader("{}"))}, nil
+		Body: io.NopCloser(strings.NewReader(body))}, nil
 }
 
 // TestCase_C28_EachCallsAttemptDeadline pins the per-attempt deadline of every kind of call,

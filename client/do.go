@@ -303,7 +303,9 @@ func decodeJSON(r request, resp response, v any) error {
 	if err := json.Unmarshal(resp.body, v); err != nil {
 		bad := fmt.Errorf("berth: %s %s: the answer (HTTP %d) is not the JSON Berth sends: %s",
 			r.method, r.path, resp.status, strings.TrimPrefix(err.Error(), "json: "))
-		if r.runsTwice { // an exec that ran, or may have: its result is lost (an empty 200, say)
+		// A call that ran, or may have: its result is lost. (Exec reads its answer with
+		// berth.ParseExecResult, which says outcome_unknown for more than bad JSON.)
+		if r.runsTwice {
 			return outcomeUnknown(bad, fmt.Sprintf("the answer (HTTP %d) is not the JSON Berth sends", resp.status))
 		}
 		return bad

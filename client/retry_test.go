@@ -194,9 +194,9 @@ func TestNonIdempotentCallsAreNotRetried(t *testing.T) {
 }
 
 // An exec that may have reached the server and got no answer of Berth's — the server hung up
-// after reading it, a proxy answered 503 with its own page, or a 200 carried no result — is
-// outcome_unknown, not
-// retryable and not "unreachable" (so `berth sandbox exec` exits 1, not 3's "try again"),
+// after reading it, a proxy answered 503 with its own page, or a 200 carried no exec result
+// (an empty body, null, {}, an exit_code missing or not an integer: berth.ParseExecResult) —
+// is outcome_unknown, not retryable and not "unreachable" (so `berth sandbox exec` exits 1, not 3's "try again"),
 // sent once; one that never left (connection refused) is still an unreachable transport error.
 func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 	exec := func(c *Client) error {
@@ -207,9 +207,16 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 		"hang-up after the request": {hangup: true},
 		"a proxy's 503 page":        {status: 503, body: "<html>no healthy upstream</html>"},
 		"an empty 200":              {status: 200, body: ""},
+		// A 200 whose JSON is not an exec result (berth.ParseExecResult) read as exit code 0.
+		"a 200 null":                        {status: 200, body: "null"},
+		"a 200 {}":                          {status: 200, body: "{}"},
+		"a 200 []":                          {status: 200, body: "[]"},
+		"a 200 with output, no exit_code":   {status: 200, body: `{"stdout":"hi"}`},
+		"a 200 whose exit_code is a string": {status: 200, body: `{"exit_code":"0"}`},
+		"a 200 whose exit_code is 1.5":      {status: 200, body: `{"exit_code":1.5}`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv, s := newScripted(t, r, reply{status: 200, body: "{}"})
+			srv, s := newScripted(t, r, reply{status: 200, body: `{"exit_code":0,"stdout":"","stderr":""}`})
 			err := exec(New(srv.URL, "k"))
 			var be *berth.Error
 			if !errors.As(err, &be) || be.Code != berth.EOutcomeUnknown || be.Retryable() || IsUnreachable(err) ||

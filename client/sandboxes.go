@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 
@@ -90,15 +91,25 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (berth.Sandbox, e
 // not harmless. An outcome_unknown *berth.Error means the command may have run: the server's
 // 504 (the exec reached the sandbox's host, its answer was lost), or no answer of Berth's
 // after the request was sent (the connection broke or timed out, or a proxy answered
-// 502/503/504 with its own page). A non-zero exit code is a result, not an error.
+// 502/503/504 with its own page), or a 2xx whose body is not an exec result
+// (berth.ParseExecResult: an empty body, null, {}, an exit_code that is not an integer),
+// which is never read as exit code 0. A non-zero exit code is a result, not an error.
 func (c *Client) Exec(ctx context.Context, id string, req berth.ExecRequest) (berth.ExecResult, error) {
 	r, err := jsonRequest(http.MethodPost, sandboxPath(id)+"/exec", req, false)
 	if err != nil {
 		return berth.ExecResult{}, err
 	}
 	r.runsTwice = true
-	var res berth.ExecResult
-	return res, c.call(ctx, r, &res)
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return berth.ExecResult{}, err
+	}
+	res, err := berth.ParseExecResult(resp.body)
+	if err != nil {
+		why := fmt.Sprintf("the answer (HTTP %d) is not an exec result", resp.status)
+		return berth.ExecResult{}, outcomeUnknown(fmt.Errorf("berth: %s %s: %s: %w", r.method, r.path, why, err), why)
+	}
+	return res, nil
 }
 
 // WriteFile writes data to the absolute path inside a sandbox (PUT

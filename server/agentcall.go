@@ -114,14 +114,18 @@ func (c *agentCaller) delete(ctx context.Context, at agentAt, id string) error {
 	return err
 }
 
+// exec runs req in sandbox id on its agent. A 200 whose body is not an exec result
+// (berth.ParseExecResult: null, {}, an exit_code that is a string…) is errUnreachable, so
+// execLost makes it outcome_unknown: the exec was sent and may have run, and such a body read
+// as an ExecResult said exit code 0.
 func (c *agentCaller) exec(ctx context.Context, at agentAt, id string, req berth.ExecRequest) (berth.ExecResult, error) {
-	var res berth.ExecResult
 	b, err := c.do(ctx, http.MethodPost, at, "/internal/sandboxes/"+url.PathEscape(id)+"/exec", nil, req, http.StatusOK)
 	if err != nil {
-		return res, err
+		return berth.ExecResult{}, err
 	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, unreachableBy(err, "agent answered exec with bad JSON") // it ran: the answer is lost
+	res, err := berth.ParseExecResult(b)
+	if err != nil {
+		return res, unreachableBy(err, "agent answered exec with a body that is not an exec result") // it ran: the answer is lost
 	}
 	return res, nil
 }

@@ -16,7 +16,8 @@ import (
 // TestExecWhoseAnswerIsLostIsOutcomeUnknown (API-2; found by an attack): an exec that reached
 // its host and got no whole answer back may have run, so it is 504 outcome_unknown, not
 // retryable and with no Retry-After — never 503 unavailable, which says "nothing happened,
-// try again"; so may an answer that is not the agent's (a proxy's page, an error cut short).
+// try again"; so may an answer that is not the agent's (a proxy's page, an error cut short)
+// and a 200 that is not an exec result (berth.ParseExecResult), which read as exit code 0.
 // An exec that never reached its host (the dial was refused, or the TLS handshake failed)
 // ran nothing and stays 503 unavailable, retryable. The replica itself sends each exec once.
 func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
@@ -39,6 +40,16 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 			_, _ = io.WriteString(w, `{"exit_code":`)
 		}, http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		// A 200 whose JSON is not an exec result (berth.ParseExecResult) read as exit code 0.
+		{"the host answers 200 null", answer200(`null`), http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host answers 200 {}", answer200(`{}`), http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host answers 200 []", answer200(`[]`), http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host answers 200 with output and no exit_code", answer200(`{"stdout":"hi"}`),
+			http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host answers 200 with exit_code a string", answer200(`{"exit_code":"0"}`),
+			http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
+		{"the host answers 200 with exit_code a fraction", answer200(`{"exit_code":1.5}`),
+			http.StatusGatewayTimeout, berth.EOutcomeUnknown, 1},
 		{"a proxy before the host answers a 502 page", func(w http.ResponseWriter) {
 			w.Header().Set("Content-Type", "text/html")
 			w.WriteHeader(http.StatusBadGateway)
@@ -91,6 +102,41 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 				t.Errorf("the host got %d exec(s), want %d: the replica must not send one again", n, c.wantExecs)
 			}
 		})
+	}
+}
+
+// TestExecAnsweredWithAResultSucceeds: what berth.ParseExecResult takes as an exec result
+// reaches the caller as the exit code and output it says — an integer exit_code written as a
+// float included — so the cases of TestExecWhoseAnswerIsLostIsOutcomeUnknown that are 504
+// are so for their bodies alone.
+func TestExecAnsweredWithAResultSucceeds(t *testing.T) {
+	for body, want := range map[string]berth.ExecResult{
+		`{"exit_code":0,"stdout":"hi\n","stderr":""}`: {ExitCode: 0, Stdout: "hi\n"},
+		`{"exit_code":3,"stderr":"no"}`:               {ExitCode: 3, Stderr: "no"},
+		`{"exit_code":-1,"stdout":null}`:              {ExitCode: -1},
+		`{"exit_code":2.0}`:                           {ExitCode: 2},
+	} {
+		t.Run(body, func(t *testing.T) {
+			h := newHarness(t, 0)
+			_, sb := sandboxOnStandIn(t, h, "/exec", func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				answer200(body)(w)
+			})
+			resp, b := h.exec(t, sb.ID, `{"cmd":["true"]}`)
+			var got berth.ExecResult
+			if err := json.Unmarshal(b, &got); err != nil || resp.StatusCode != http.StatusOK || got != want {
+				t.Fatalf("exec: %d %s (%v); want 200 %+v", resp.StatusCode, b, err, want)
+			}
+		})
+	}
+}
+
+// answer200 plays a host that answers an exec 200 with body.
+func answer200(body string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, body)
 	}
 }
 

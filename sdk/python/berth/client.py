@@ -288,20 +288,40 @@ class Client:
 
     def _call(self, r: _Request) -> Any:
         """Run r and decode its JSON answer (None for an empty body)."""
-        resp = self._do(r)
-        if not resp.body and not r.runs_twice:
-            return None
-        try:
-            return json.loads(resp.body)
-        except ValueError as e:
-            if r.runs_twice:
-                # An exec that ran, or may have: its result is lost (an empty 200, say), never
-                # read as a command that exited 0 (found by an attack).
-                raise BerthError(OUTCOME_UNKNOWN, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON"
-                                 " Berth sends, after the request was sent: it may have been done; check before sending"
-                                 " it again", retryable=False, status=resp.status) from e
-            raise BerthError(INTERNAL, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON Berth sends: {e}",
-                             status=resp.status) from e
+        return _decode(r, self._do(r))
+
+
+def _decode(r: _Request, resp: _Response) -> Any:
+    """Decode the JSON of r's 2xx answer resp (None for an empty body)."""
+    if not resp.body and not r.runs_twice:
+        return None
+    try:
+        return _loads(resp.body)
+    except ValueError as e:
+        if r.runs_twice:
+            # An exec that ran, or may have: its result is lost (an empty 200, say), never
+            # read as a command that exited 0 (found by an attack).
+            raise _lost_answer(r, resp, "is not the JSON Berth sends") from e
+        raise BerthError(INTERNAL, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON Berth sends: {e}",
+                         status=resp.status) from e
+
+
+def _lost_answer(r: _Request, resp: _Response, what: str) -> BerthError:
+    """The outcome_unknown of a call that runs twice (exec) whose 2xx answer ``what`` (is not
+    the JSON Berth sends, is not an exec result): it was sent and may have been done."""
+    return BerthError(OUTCOME_UNKNOWN, f"{r.method} {r.path}: the answer (HTTP {resp.status}) {what}, after the request"
+                      " was sent: it may have been done; check before sending it again",
+                      retryable=False, status=resp.status)
+
+
+def _loads(body: bytes) -> Any:
+    """json.loads of a response body. A body nested deeper than Python's recursion allows
+    (100,000 "[", say) raises RecursionError there: it is undecodable JSON like any other
+    (ValueError), never an exception the caller does not expect from a bad answer."""
+    try:
+        return json.loads(body)
+    except RecursionError as e:
+        raise ValueError(f"JSON nested too deep to decode: {e}") from e
 
 
 class _NoAnswer(Exception):
@@ -337,7 +357,7 @@ def _error_detail(body: bytes) -> Optional[Dict[str, Any]]:
     """The inside of Berth's error envelope (API-2) in body, or None when body is not one:
     JSON whose "error" holds a non-empty code (the Go SDK's berth.ParseErrorBody)."""
     try:
-        env = json.loads(body)
+        env = _loads(body)
     except ValueError:
         return None
     det = env.get("error") if isinstance(env, dict) else None
@@ -489,8 +509,9 @@ class Sandboxes:
         and ``outcome_unknown`` means the command may have run: the server's 504 (the exec
         reached the sandbox's host, its answer was lost), or no answer of Berth's after the
         request was sent (a TransportError with that code: the connection broke or timed out;
-        or a BerthError: a proxy's 502/503/504 page). Neither is retryable. Raises Conflict
-        when the sandbox is not running."""
+        or a BerthError: a proxy's 502/503/504 page, or a 2xx whose body is not an exec result,
+        ExecResult.from_answer — never read as exit code 0). Neither is retryable. Raises
+        Conflict when the sandbox is not running."""
         if isinstance(cmd, (str, bytes)):
             raise TypeError("cmd is an argv list, e.g. ['sh', '-c', 'echo hi'], not a string")
         if isinstance(stdin, bytes):
@@ -500,7 +521,13 @@ class Sandboxes:
         r = _Request("POST", "/v1/sandboxes/" + _seg(sandbox_id) + "/exec", body=_json_body(body),
                      content_type="application/json", idempotent=False,
                      own_timeout_s=min(s, _MAX_EXEC_S) + _ATTEMPT_MARGIN_S, runs_twice=True)
-        return ExecResult.from_json(self._c._call(r) or {})
+        resp = self._c._do(r)
+        res = ExecResult.from_answer(_decode(r, resp))
+        if res is None:
+            # Not an exec result (null, {}, an exit_code missing or not an integer): never read
+            # as exit code 0 — the command may have run, or not, or failed.
+            raise _lost_answer(r, resp, "is not an exec result")
+        return res
 
     def write_file(self, sandbox_id: str, path: str, data: Union[bytes, bytearray, str]) -> None:
         """Write ``data`` (bytes; a str is encoded as UTF-8) to the absolute ``path`` inside the

@@ -21,9 +21,9 @@ Branch on the class or on ``code`` (stable strings, docs/API.md "Errors"), never
 
 ``outcome_unknown`` (an exec whose command may have run: the server's 504, the exec reached
 its sandbox's host but no whole answer came back; or no answer of Berth's after the request
-was sent, a TransportError with that code) raises BerthError itself: it is not retryable, and
-running the command again is the caller's decision. Any other code (one added after this SDK) raises
-BerthError itself with that code.
+was sent, a TransportError with that code; or a 2xx whose body is not an exec result) raises
+BerthError itself: it is not retryable, and running the command again is the caller's
+decision. Any other code (one added after this SDK) raises BerthError itself with that code.
 """
 
 from __future__ import annotations

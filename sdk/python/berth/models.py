@@ -145,6 +145,34 @@ class ExecResult:
     def from_json(cls, d: Mapping[str, Any]) -> "ExecResult":
         return cls(exit_code=_int(d, "exit_code"), stdout=_str(d, "stdout"), stderr=_str(d, "stderr"))
 
+    @classmethod
+    def from_answer(cls, d: Any) -> Optional["ExecResult"]:
+        """The ExecResult in ``d``, an exec's 2xx body decoded from JSON, or None when it is not
+        one (the Go package's ``berth.ParseExecResult``): an exec result is an object whose
+        ``exit_code`` is a number with an integer value (1 and 1.0 alike) of magnitude at most
+        MAX_EXEC_EXIT_CODE, and whose ``stdout`` and ``stderr``, when present and not null, are
+        strings. Anything else — None, {}, [], {"stdout": "x"}, {"exit_code": "0"},
+        {"exit_code": 1.5} — once read as exit code 0, when what the command did is unknown;
+        the client raises outcome_unknown for it."""
+        if not isinstance(d, dict):
+            return None
+        code = d.get("exit_code")
+        if isinstance(code, bool) or not isinstance(code, (int, float)):
+            return None
+        if isinstance(code, float) and not code.is_integer():  # 1.5, inf and nan
+            return None
+        if abs(code) > MAX_EXEC_EXIT_CODE:
+            return None
+        if any(d.get(k) is not None and not isinstance(d.get(k), str) for k in ("stdout", "stderr")):
+            return None
+        return cls(exit_code=int(code), stdout=_str(d, "stdout"), stderr=_str(d, "stderr"))
+
+
+#: The largest magnitude of an exec result's exit_code, 2**53 − 1: the largest integer every
+#: SDK's numbers hold exactly (a JavaScript number's), so the SDKs agree on what an exec result
+#: is (the Go package's MaxExecExitCode).
+MAX_EXEC_EXIT_CODE = 2**53 - 1
+
 
 @dataclass
 class AppSpec:

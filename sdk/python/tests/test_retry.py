@@ -237,10 +237,13 @@ class WhatIsRetried(RetryCase):
         # outcome_unknown, not retryable, sent once (the Go SDK's
         # TestExecWhoseAnswerIsLostIsOutcomeUnknown). One that never left stays unreachable.
         ran = Reply(200, {"exit_code": 0, "stdout": "", "stderr": ""})
+        # A 200 that is not an exec result (ExecResult.from_answer, the Go package's
+        # berth.ParseExecResult) read as exit code 0 before; the empty one was found by an attack.
+        not_results = (b"", b"null", b"{}", b"[]", b'{"stdout":"hi"}', b'{"exit_code":"0"}', b'{"exit_code":1.5}')
         for reply, kind in ((Reply(hangup=True), TransportError),
                             (Reply(503, b"<html>no healthy upstream</html>"), BerthError),
-                            (Reply(200, b""), BerthError)):  # an attack: read as exit 0 before
-            with self.subTest(hangup=reply.hangup, status=reply.status):
+                            *((Reply(200, b), BerthError) for b in not_results)):
+            with self.subTest(hangup=reply.hangup, status=reply.status, body=reply.body):
                 s = self.server(reply, ran)
                 with self.assertRaises(kind) as cm:
                     self.client(s.url, FakeClock(time.time())).sandboxes.exec("sb-1", ["true"])
@@ -254,6 +257,46 @@ class WhatIsRetried(RetryCase):
             self.client(refused_url(), FakeClock(time.time())).sandboxes.exec("sb-1", ["true"])
         self.assertEqual(cm.exception.code, "unavailable")
         self.assertTrue(cm.exception.unreachable)
+
+    def test_exec_result_is_an_integer_exit_code(self) -> None:
+        # What the Go package's berth.ParseExecResult takes, this SDK takes (an integer
+        # written as a float included), and nothing else.
+        R = berth.ExecResult
+        for d, want in (({"exit_code": 0, "stdout": "hi\n", "stderr": ""}, R(0, "hi\n", "")),
+                        ({"exit_code": -1, "stdout": None}, R(-1, "", "")),
+                        ({"exit_code": 2.0}, R(2, "", "")),
+                        ({"exit_code": 2**53 - 1}, R(2**53 - 1, "", "")),
+                        (None, None), ({}, None), ([], None), ("0", None), (0, None),
+                        ({"stdout": "hi"}, None), ({"exit_code": "0"}, None), ({"exit_code": None}, None),
+                        ({"exit_code": True}, None), ({"exit_code": 1.5}, None), ({"exit_code": 2**53}, None),
+                        ({"exit_code": float("inf")}, None), ({"exit_code": float("nan")}, None),
+                        ({"exit_code": 0, "stdout": 5}, None)):
+            with self.subTest(d=d):
+                self.assertEqual(R.from_answer(d), want)
+        s = self.server(Reply(200, b'{"exit_code":3.0,"stderr":"no"}'))
+        res = self.client(s.url, FakeClock(time.time())).sandboxes.exec("sb-1", ["false"])
+        self.assertEqual((res.exit_code, res.stdout, res.stderr), (3, "", "no"))
+
+    def test_body_nested_too_deep_is_undecodable(self) -> None:
+        # A body nested 100,000 levels deep raised RecursionError out of the client; it is
+        # undecodable JSON like any other: not Berth's error envelope on an error status, and
+        # outcome_unknown on an exec's 200.
+        for deep in (b"[" * 100000, b"[" * 100000 + b"]" * 100000, b'{"error":' * 100000):
+            with self.subTest(body=deep[:12]):
+                s = self.server(Reply(500, deep), Reply(200, deep))
+                c = self.client(s.url, FakeClock(time.time()))
+                with self.assertRaises(InternalError) as cm:
+                    c.sandboxes.get("sb-1")
+                self.assertEqual((cm.exception.code, cm.exception.status), ("internal", 500))
+                with self.assertRaises(BerthError) as cm:
+                    c.sandboxes.exec("sb-1", ["true"])
+                self.assertEqual(cm.exception.code, "outcome_unknown", str(cm.exception))
+                self.assertFalse(cm.exception.retryable)
+                self.assertEqual(len(s.requests()), 2)
+        s = self.server(Reply(200, b"[" * 100000))
+        with self.assertRaises(BerthError) as cm:
+            self.client(s.url, FakeClock(time.time())).sandboxes.get("sb-1")
+        self.assertEqual(cm.exception.code, "internal")
 
     def test_rate_limited_exec_is_sent_again(self) -> None:
         # A 429 rate_limited is answered before anything runs, so even exec is sent again,

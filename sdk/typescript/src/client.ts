@@ -548,6 +548,36 @@ function decodeJSON<T>(r: Request, a: Answer): T {
   }
 }
 
+/**
+ * The largest magnitude of an exec result's `exit_code`: Number.MAX_SAFE_INTEGER, 2^53 − 1, the
+ * largest integer a JavaScript number holds exactly (the Go package's MaxExecExitCode), so
+ * every SDK agrees on what an exec result is.
+ */
+const MAX_EXEC_EXIT_CODE = Number.MAX_SAFE_INTEGER;
+
+/**
+ * The ExecResult in `v`, an exec's 2xx body parsed from JSON, or undefined when it is not one
+ * (the Go package's berth.ParseExecResult): an exec result is an object whose `exit_code` is a
+ * number with an integer value of magnitude at most MAX_EXEC_EXIT_CODE, and whose `stdout`
+ * and `stderr`, when present and not null, are strings (absent or null, they are ""). Anything
+ * else — null, {}, [], {"stdout":"x"}, {"exit_code":"0"}, {"exit_code":1.5} — is no result of
+ * the command, whose outcome is then unknown: never exit code 0.
+ */
+function execResult(v: unknown): ExecResult | undefined {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return undefined;
+  const o = v as Record<string, unknown>;
+  const code = o["exit_code"];
+  if (typeof code !== "number" || !Number.isInteger(code) || Math.abs(code) > MAX_EXEC_EXIT_CODE) return undefined;
+  const out = (k: string): string | undefined => {
+    const s = o[k];
+    return s === undefined || s === null ? "" : typeof s === "string" ? s : undefined;
+  };
+  const stdout = out("stdout");
+  const stderr = out("stderr");
+  if (stdout === undefined || stderr === undefined) return undefined;
+  return { ...o, exit_code: code, stdout, stderr };
+}
+
 async function call<T>(send: Send, r: Request): Promise<T> {
   return decodeJSON<T>(r, await send(r));
 }
@@ -599,17 +629,24 @@ export class Sandboxes {
    * failure rejects as it came: running a command twice is not harmless. A BerthError
    * `outcome_unknown` means the command may have run: the server's 504 (the exec reached the
    * sandbox's host, its answer was lost), or no answer of Berth's after the request was sent
-   * (the connection broke or timed out, or a proxy answered 502/503/504 with its own page).
-   * A non-zero exit code is a result, not an error. `cmd` is the argv,
-   * or the whole request.
+   * (the connection broke or timed out, or a proxy answered 502/503/504 with its own page),
+   * or a 2xx whose body is not an exec result (an empty body, null, {}, an `exit_code` missing
+   * or not an integer), which is never read as exit code 0. A non-zero exit code is a result,
+   * not an error. `cmd` is the argv, or the whole request.
    */
-  exec(id: string, cmd: string[] | ExecRequest, options?: CallOptions): Promise<ExecResult> {
+  async exec(id: string, cmd: string[] | ExecRequest, options?: CallOptions): Promise<ExecResult> {
     const req: ExecRequest = Array.isArray(cmd) ? { cmd } : cmd;
     const r = jsonRequest("POST", `${sandboxPath(id)}/exec`, req, false, options);
     r.runsTwice = true;
     const s = req.timeout_s !== undefined && req.timeout_s > 0 ? req.timeout_s : DEFAULT_EXEC_S;
     r.ownAttemptS = Math.min(s, MAX_EXEC_S) + ATTEMPT_MARGIN_S;
-    return call<ExecResult>(this.#send, r);
+    const a = await this.#send(r);
+    const res = execResult(decodeJSON<unknown>(r, a));
+    if (res === undefined) {
+      const why = `the answer (HTTP ${a.status}) is not an exec result`;
+      throw outcomeUnknown(why, new Error(`berth: ${r.method} ${r.path}: ${why}`));
+    }
+    return res;
   }
 
   /**

@@ -282,19 +282,21 @@ describe("what is not retried", () => {
     });
   });
 
-  test("an exec whose answer is lost is outcome_unknown: a hang-up after the request, a proxy's 504 page, an empty 200", async () => {
+  test("an exec whose answer is lost is outcome_unknown: a hang-up after the request, a proxy's 504 page, a 200 that is no exec result", async () => {
     // The command may have run: not retryable, sent once (the Go SDK's
-    // TestExecWhoseAnswerIsLostIsOutcomeUnknown).
+    // TestExecWhoseAnswerIsLostIsOutcomeUnknown). A 200 whose body is not an exec result (the
+    // Go package's berth.ParseExecResult) read as exit code 0 before.
+    const notResults = ["", "null", "{}", "[]", `{"stdout":"hi"}`, `{"exit_code":"0"}`, `{"exit_code":1.5}`];
     const lost = [
       (req, res) => req.socket.destroy(),
       (_req, res) => {
         res.writeHead(504, { "content-type": "text/html" });
         res.end("<html>504 Gateway Time-out</html>");
       },
-      (_req, res) => {
+      ...notResults.map((body) => (_req, res) => {
         res.writeHead(200, { "content-type": "application/json" });
-        res.end(); // a 200 with no result
-      },
+        res.end(body);
+      }),
     ];
     for (const handler of lost) {
       await withServer(handler, async (srv) => {
@@ -304,6 +306,38 @@ describe("what is not retried", () => {
         assert.equal(err.code, "outcome_unknown", String(err));
         assert.equal(err.retryable, false);
         assert.match(err.message, /may have been done/);
+        assert.equal(srv.requests.length, 1);
+      });
+    }
+  });
+
+  test("an exec result is an object whose exit_code is an integer", async () => {
+    // What the Go package's berth.ParseExecResult takes, and the Python SDK's
+    // ExecResult.from_answer: an integer written as a float included; output absent or null is "".
+    for (const [body, want] of [
+      [`{"exit_code":0,"stdout":"hi\\n","stderr":""}`, { exit_code: 0, stdout: "hi\n", stderr: "" }],
+      [`{"exit_code":-1,"stdout":null}`, { exit_code: -1, stdout: "", stderr: "" }],
+      [`{"exit_code":3.0,"stderr":"no"}`, { exit_code: 3, stdout: "", stderr: "no" }],
+      [`{"exit_code":9007199254740991}`, { exit_code: 9007199254740991, stdout: "", stderr: "" }],
+      [`{"exit_code":9007199254740992}`, undefined],
+      [`{"exit_code":null}`, undefined],
+      [`{"exit_code":true}`, undefined],
+      [`{"exit_code":1e400}`, undefined],
+      [`{"exit_code":0,"stdout":5}`, undefined],
+      [`0`, undefined],
+    ]) {
+      const raw = (_req, res) => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(body); // as written: 3.0 and 1e400 would not survive JSON.stringify
+      };
+      await withServer(raw, async (srv) => {
+        const berth = new Berth({ url: srv.url, key: "k", clock: fakeClock() });
+        const got = await berth.sandboxes.exec("sb-1", ["true"]).catch((e) => e);
+        if (want === undefined) {
+          assert.ok(got instanceof BerthError && got.code === "outcome_unknown", `${body}: ${got}`);
+        } else {
+          assert.deepEqual(got, want, body);
+        }
         assert.equal(srv.requests.length, 1);
       });
     }
