@@ -174,6 +174,8 @@ type ExecRequest struct {
 }
 
 // ExecResult is the answer of an exec: the exit code and the captured output (each capped).
+// Readers decode it with ParseExecResult, which reads these three fields by name: a field
+// added here must be added there too.
 type ExecResult struct {
 	ExitCode int    `json:"exit_code"`
 	Stdout   string `json:"stdout"`
