@@ -302,8 +302,8 @@ def _decode(r: _Request, resp: _Response) -> Any:
             # An exec that ran, or may have: its result is lost (an empty 200, say), never
             # read as a command that exited 0 (found by an attack).
             raise _lost_answer(r, resp, "is not the JSON Berth sends") from e
-        raise BerthError(INTERNAL, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON Berth sends: {e}",
-                         status=resp.status) from e
+        raise error_for(INTERNAL, f"{r.method} {r.path}: the answer (HTTP {resp.status}) is not the JSON Berth sends: {e}",
+                        status=resp.status) from e
 
 
 def _lost_answer(r: _Request, resp: _Response, what: str) -> BerthError:
