@@ -531,3 +531,29 @@ func TestDeleteIsNotACrash(t *testing.T) {
 		t.Fatalf("after a delete the heartbeat reports ended %+v, held %+v; want nothing", hb.Ended, hb.Sandboxes)
 	}
 }
+
+// TestRuntimeErrDuringADelete: a runtime call that fails because a delete is stopping its
+// sandbox is 404 sandbox_not_found "was deleted during the exec", not 409 "its init may have
+// died, e.g. out of memory" (the guest was still held while the runtime stopped it).
+func TestRuntimeErrDuringADelete(t *testing.T) {
+	stopping, release := make(chan struct{}), make(chan struct{})
+	rt := &fakeRuntime{stopping: func(string) { close(stopping); <-release }}
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, rt)
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.runtimeErr("s1", "exec", errors.New("init socket closed")); berth.ErrorCode(err) != berth.EConflict {
+		t.Fatalf("a held sandbox's failed exec: %v, want conflict", err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- a.Delete(context.Background(), "s1") }()
+	<-stopping
+	err := a.runtimeErr("s1", "exec", errors.New("init socket closed"))
+	close(release)
+	if berth.ErrorCode(err) != berth.ESandboxNotFound || !strings.Contains(err.Error(), "deleted during the exec") {
+		t.Fatalf("an exec failed by a delete: %v, want sandbox_not_found \"deleted during the exec\"", err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+}
