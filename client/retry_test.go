@@ -214,6 +214,8 @@ func TestExecWhoseAnswerIsLostIsOutcomeUnknown(t *testing.T) {
 		"a 200 with output, no exit_code":   {status: 200, body: `{"stdout":"hi"}`},
 		"a 200 whose exit_code is a string": {status: 200, body: `{"exit_code":"0"}`},
 		"a 200 whose exit_code is 1.5":      {status: 200, body: `{"exit_code":1.5}`},
+		"a 200 with a byte order mark":      {status: 200, body: "\ufeff" + `{"exit_code":0}`},
+		"a 200 holding NaN":                 {status: 200, body: `{"exit_code":0,"x":NaN}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv, s := newScripted(t, r, reply{status: 200, body: `{"exit_code":0,"stdout":"","stderr":""}`})

@@ -117,7 +117,7 @@ func TestTRUST_AgentRefusingTheReplicaIsNotTheCallers401(t *testing.T) {
 
 // TestStopRoundsAreBounded (AGT-6, issue 16 goal 2): a replica that meets many agents at once,
 // each listing sandboxes the store never knew, runs at most maxStopRounds stop rounds at
-// once; the rest are skipped for a later heartbeat, not queued on the store's connections.
+// once; the rest wait their turn (agentCalls), not on the store's connections.
 func TestStopRoundsAreBounded(t *testing.T) {
 	h := newHarness(t, 0)
 	var inFlight, most atomic.Int64

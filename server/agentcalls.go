@@ -6,117 +6,110 @@ import (
 	"time"
 )
 
-// agentCalls bounds one kind of background call to agents (AGT-6 stop rounds, the sweeper's
-// deletes): at most one to each agent at a time and limit in all. A call that finds its
-// agent's turn or every slot taken is not queued — its caller tries again later (the next
-// heartbeat, the next sweep) — but an agent refused for want of a slot is remembered, and an
-// agent whose call ended after that refusal yields to it: it takes a slot only when fewer
-// such refused agents wait than slots are free. An agent with no call ended since, such as
-// one meeting this replica for the first time, takes a free slot at once, so a replica that
-// meets 10,000 agents still runs their rounds as fast as slots free.
+// agentCalls runs one kind of background call to agents (AGT-6 stop rounds, the sweeper's
+// deletes): at most one to each agent at a time and limit in all, in the order they were
+// asked for. A call asked for while every slot is taken waits in a queue, one place per
+// agent (asked again, it keeps its place and its work is replaced by the newer one), and
+// starts the moment a slot frees; a call asked for while its agent's own call runs is
+// dropped, for the caller to ask again later (the next heartbeat, the next sweep).
 //
-// Without it, agents whose calls never answered (each held its slot for AgentTimeout, 30 s)
-// and that asked again the moment a call ended took every slot back as it freed: an honest
-// agent heartbeating every 10 s got 0 of 24 tries in 6 s (an attack on stop 29). Now each of
-// them has at most one call between an honest agent's refusal and its turn; an attacker who
-// mints agent ids with the join token gets one call per id, no more.
+// Why a queue: the calls were first refused outright when no slot was free, and agents whose
+// calls never answered (each held its slot for AgentTimeout, 30 s) and that asked again the
+// moment a call ended took every slot back as it freed — an honest agent heartbeating every
+// 10 s got 0 of 24 tries in 6 s (an attack on stop 29). Remembering refused agents and making
+// others yield to them (a second version) still let a pool of agent ids, joined once, take
+// each freed slot before an honest agent asked again: 40 ids held it off for 5 minutes. In a
+// queue every agent waits behind the ones that asked before it, so an honest agent's wait is
+// bounded by the agents queued ahead of it (at most limit calls of AgentTimeout at a time),
+// not by how often others ask; and no slot idles while anyone waits, so a replica meeting
+// 10,000 agents at once still runs their calls back to back. What it does not bound: the join
+// token mints agent ids, and each id an attacker joins is one place in the queue.
 //
-// A refused agent that has not asked again for expiry (three heartbeat intervals, 30 s by
-// default) is forgotten — it left, or no longer needs the call — so no one yields long to an
-// agent that will not come back; one that asks after that is refused anew.
+// A queued call whose agent has not asked again for expiry (three heartbeat intervals, 30 s
+// by default) before the latest ask of any agent is dropped when its turn comes: its agent
+// left, or no longer needs it.
 type agentCalls struct {
 	mu      sync.Mutex
 	limit   int
 	expiry  time.Duration
 	clock   func() time.Time
-	seq     uint64                   // orders refusals and ends
 	running map[string]bool          // agent id → a call of its runs
-	queue   *list.List               // of *agentWaiter, refused longest ago first
-	waiting map[string]*list.Element // agent id → its place in queue
-	ended   map[string]uint64        // agent id → seq of its last call's end, while any agent waits
+	queue   *list.List               // of *agentCall, asked for longest ago first
+	queued  map[string]*list.Element // agent id → its place in queue
+	// lastAsk is the clock at the latest run: finish, in a call's goroutine, judges expiry by
+	// it rather than read the clock off its callers' goroutines.
+	lastAsk time.Time
 }
 
-// agentWaiter is an agent refused for want of a slot: when (seq), and when it last asked.
-type agentWaiter struct {
-	id    string
-	seq   uint64
-	asked time.Time
+// agentCall is a queued call: its agent, its work, and when its agent last asked for it.
+type agentCall struct {
+	agentID string
+	work    func()
+	asked   time.Time
 }
 
-// newAgentCalls returns room for limit calls at once (≥ 1); a refused agent is remembered
-// for expiry after it last asked.
+// newAgentCalls returns room for limit calls at once (≥ 1); a queued call is dropped when its
+// agent has not asked again for expiry.
 func newAgentCalls(limit int, expiry time.Duration, clock func() time.Time) *agentCalls {
 	return &agentCalls{limit: max(limit, 1), expiry: expiry, clock: clock, running: map[string]bool{},
-		queue: list.New(), waiting: map[string]*list.Element{}, ended: map[string]uint64{}}
+		queue: list.New(), queued: map[string]*list.Element{}}
 }
 
-// start takes agentID's turn and a slot, and returns the function that gives both back; ok
-// is false, with nothing taken, when agentID's call runs, or when no slot is free for it —
-// every slot taken, or the free ones due to agents refused before its last call ended.
-func (c *agentCalls) start(agentID string) (done func(), ok bool) {
-	now := c.clock()
+// run starts now, in its own goroutine, the call of agentID's that now does when a slot is
+// free and no other agent waits for one (started true); else, unless agentID's own call
+// runs, it queues later — work that holds only what it needs while it waits — to start when
+// a slot frees, in its agent's place (started false).
+func (c *agentCalls) run(agentID string, now, later func()) (started bool) {
+	at := c.clock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lastAsk = at
 	if c.running[agentID] {
-		return nil, false
-	}
-	if !c.slotFor(agentID, now) {
-		if e, queued := c.waiting[agentID]; queued {
-			e.Value.(*agentWaiter).asked = now
-		} else {
-			c.seq++
-			c.waiting[agentID] = c.queue.PushBack(&agentWaiter{id: agentID, seq: c.seq, asked: now})
-		}
-		return nil, false
-	}
-	if e, queued := c.waiting[agentID]; queued {
-		c.queue.Remove(e)
-		delete(c.waiting, agentID)
-	}
-	c.running[agentID] = true
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.running, agentID)
-		if c.queue.Len() > 0 { // with no one waiting, an end orders nothing
-			c.seq++
-			c.ended[agentID] = c.seq
-		}
-	}, true
-}
-
-// slotFor reports whether a free slot is agentID's: fewer agents refused before its last call
-// ended wait than slots are free. It forgets, on its way down the queue, the waiters that
-// stopped asking, and what it knows of ends once no one waits.
-func (c *agentCalls) slotFor(agentID string, now time.Time) bool {
-	free := c.limit - len(c.running)
-	if free <= 0 {
 		return false
 	}
-	ended := c.ended[agentID] // 0: no call of its ended while anyone waited
-	ahead := 0
-	for e := c.queue.Front(); e != nil && ahead < free; {
-		w, next := e.Value.(*agentWaiter), e.Next()
-		switch {
-		case now.Sub(w.asked) > c.expiry:
-			c.queue.Remove(e)
-			delete(c.waiting, w.id)
-		case w.seq > ended:
-			next = nil // refused after agentID's call ended, as is everyone behind
-		case w.id != agentID:
-			ahead++
-		}
-		e = next
+	if e, ok := c.queued[agentID]; ok {
+		call := e.Value.(*agentCall)
+		call.work, call.asked = later, at
+		return false
 	}
-	if c.queue.Len() == 0 {
-		clear(c.ended)
+	if c.queue.Len() > 0 || len(c.running) >= c.limit {
+		c.queued[agentID] = c.queue.PushBack(&agentCall{agentID: agentID, work: later, asked: at})
+		return false
 	}
-	return ahead < free
+	c.startLocked(agentID, now)
+	return true
 }
 
-// busy reports whether a call of agentID's runs (for tests and callers that wait for one).
+// startLocked runs work as agentID's call in a slot; when it returns, the slot goes to the
+// queue's next call.
+func (c *agentCalls) startLocked(agentID string, work func()) {
+	c.running[agentID] = true
+	go func() {
+		defer c.finish(agentID)
+		work()
+	}()
+}
+
+// finish gives agentID's slot back and starts the queued calls that now have one, dropping
+// those whose agents stopped asking.
+func (c *agentCalls) finish(agentID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.running, agentID)
+	for len(c.running) < c.limit && c.queue.Len() > 0 {
+		call := c.queue.Remove(c.queue.Front()).(*agentCall)
+		delete(c.queued, call.agentID)
+		if c.lastAsk.Sub(call.asked) <= c.expiry {
+			c.startLocked(call.agentID, call.work)
+		}
+	}
+}
+
+// busy reports whether a call of agentID's runs or waits (for tests and callers that wait
+// for one).
 func (c *agentCalls) busy(agentID string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.running[agentID]
+	_, waits := c.queued[agentID]
+	return c.running[agentID] || waits
 }

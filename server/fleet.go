@@ -280,8 +280,8 @@ func (l *liveHeld) has(boot, id string) bool {
 // stopEnded tells an agent to stop the sandboxes it still runs that the store has ended or
 // never knew (AGT-6): lost while the agent was cut off, or orphans of a dead replica. It runs
 // in the background, one round per agent at a time and at most maxStopRounds at once (a round
-// that finds every slot taken is skipped: the next heartbeat tries again), so a heartbeat is
-// never slowed by it. A whole list is checked whole; a delta's listed sandboxes are checked at
+// that finds every slot taken waits its turn, agentCalls), so a heartbeat is never slowed by
+// it. A whole list is checked whole; a delta's listed sandboxes are checked at
 // once unless a round already found them live for this boot (a delta lists a sandbox whenever
 // its working set moves, and re-reading it each time cost a query per heartbeat); and every
 // sandbox the store says the agent holds at most every Config.HeldSweepEvery (issue 16, goal
@@ -306,29 +306,30 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	if len(held) == 0 && !sweep {
 		return
 	}
-	done, ok := s.stopRounds.start(hb.AgentID)
-	if !ok {
-		// A round of this agent runs, or every round slot is taken (a replica that just met
-		// thousands of agents): this heartbeat's round is skipped, not queued — an agent's
-		// next heartbeat tries again, and the store's connections stay free for creates and
-		// heartbeats.
-		return
-	}
-	if sweep {
-		// Only once its round has started: a sweep skipped (a round busy, every slot
-		// taken) must not put the next one off by HeldSweepEvery.
-		s.stopSwept.Store(hb.AgentID, now)
-	}
-	go s.stopRound(hb, held, sweep, done)
+	// A round of this agent's that runs drops this one (its next heartbeat asks again). One
+	// that waits for a slot (a replica that just met thousands of agents, or agents whose
+	// rounds never end) sweeps when its turn comes: everything the store says the agent holds,
+	// which this heartbeat's list is already part of — so the queue keeps an id, not a list.
+	// A sweep is recorded only once its round starts: one skipped must not put the next one
+	// off by HeldSweepEvery.
+	whole := berth.Heartbeat{AgentID: hb.AgentID, Address: hb.Address, BootID: hb.BootID, Delta: true}
+	s.stopRounds.run(hb.AgentID, func() {
+		if sweep {
+			s.stopSwept.Store(hb.AgentID, now)
+		}
+		s.stopRound(hb, held, sweep)
+	}, func() {
+		s.stopSwept.Store(hb.AgentID, s.cfg.Clock())
+		s.stopRound(whole, nil, true)
+	})
 }
 
 // stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything
 // the store says it holds) is checked against the store, and each ended sandbox is stopped.
 // What it finds live is remembered for the agent's boot: in place of what was remembered when
-// the round checked everything the agent holds (whole), added to it otherwise. done gives
-// the round's turn and slot back (agentCalls.start).
-func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool, done func()) {
-	defer done()
+// the round checked everything the agent holds (whole), added to it otherwise. It runs as
+// one of the agent's calls (agentCalls.run).
+func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var ended []string

@@ -451,9 +451,9 @@ const maxLiveOnHost = 100000
 
 // sweepDelete sends a delete the sweeper decided on to agentID in the background: at most one
 // to each agent and maxStopRounds in all at once, each bounded by the agent call's own
-// timeout. One that finds its agent's delete in flight or every slot taken is skipped and
-// reported busy: the caller leaves its row as it is, for the next round to send it again (or
-// AGT-6, for a row that ended). An agent with no address gets nothing (busy false). Sent
+// timeout. One not sent now — its agent's delete in flight (dropped), or every slot taken
+// (queued, agentCalls) — is reported busy: the caller leaves its row as it is, for a later
+// round to find it done or send it again (or AGT-6, for a row that ended). An agent with no address gets nothing (busy false). Sent
 // inline, a delete its agent never answered held the sweeper's loop for AgentTimeout (30 s)
 // each, and lease expiry with it (found by an attack: an agent that kept ten stopping
 // sandboxes listed and never answered their deletes held a dead host's sandbox running).
@@ -462,15 +462,8 @@ func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) (bu
 	if err != nil {
 		return false
 	}
-	done, ok := s.sweepDeletes.start(agentID)
-	if !ok {
-		return true
-	}
-	go func() {
-		defer done()
-		_ = s.agents.delete(ctx, addr, sandboxID)
-	}()
-	return false
+	send := func() { _ = s.agents.delete(ctx, addr, sandboxID) }
+	return !s.sweepDeletes.run(agentID, send, send)
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease

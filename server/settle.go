@@ -24,9 +24,10 @@ import (
 //   - resuming: its agent lists it → the heartbeat already promoted it; else paused again
 //     (its image is still there) and the agent is told to stop whatever it started.
 func (s *Server) settleCheckpoints(ctx context.Context) {
+	var snapshotsDown bool // the snapshot store could not tell once this round: not asked again
 	for _, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxSnapshotting, berth.SandboxResuming} {
 		if s.eachInState(ctx, st, func(sb berth.Sandbox) bool {
-			s.settleCheckpoint(ctx, st, sb)
+			s.settleCheckpoint(ctx, st, sb, &snapshotsDown)
 			return true
 		}) != nil {
 			return
@@ -35,8 +36,12 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 }
 
 // settleCheckpoint settles sb, found in state st, if it has been there past its grace; see
-// settleCheckpoints.
-func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb berth.Sandbox) {
+// settleCheckpoints. A pause or snapshot move it cannot settle because the snapshot store
+// cannot tell whether its image is stored waits for a later round, and sets *snapshotsDown so
+// the round asks the store no more: each question may take snapshotCheckTimeout (30 s), and
+// a store that hangs would otherwise hold the sweep — lease expiry with it — that long per
+// row (found by an attack).
+func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb berth.Sandbox, snapshotsDown *bool) {
 	now := s.cfg.Clock()
 	grace := s.cfg.StartingGrace
 	if st != berth.SandboxResuming {
@@ -47,12 +52,9 @@ func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb
 		return
 	}
 	held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
-	stored, known := false, true
-	if st != berth.SandboxResuming {
-		stored, known = s.imageStored(ctx, sb.Image)
-	}
-	if !known {
-		return // the snapshot store could not tell: a later round asks again
+	stored, ok := s.checkpointImage(ctx, st, sb.Image, snapshotsDown)
+	if !ok {
+		return // the snapshot store cannot tell: a later round asks again
 	}
 	listedLate := listedAt.After(since.Add(grace)) // after the checkpoint surely ended
 	move := berth.SandboxMove{ExpiresAt: sb.ExpiresAt, Image: sb.Image}
@@ -92,6 +94,21 @@ func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb
 			s.deleteImages(ctx, drop)
 		}
 	}
+}
+
+// checkpointImage reports whether a pause or snapshot move's image is stored (a resume's is
+// not asked about: false); ok is false when the snapshot store could not tell, now or earlier
+// in the round (*snapshotsDown).
+func (s *Server) checkpointImage(ctx context.Context, st berth.SandboxState, image string, snapshotsDown *bool) (stored, ok bool) {
+	if st == berth.SandboxResuming {
+		return false, true
+	}
+	if *snapshotsDown {
+		return false, false
+	}
+	stored, ok = s.imageStored(ctx, image)
+	*snapshotsDown = !ok
+	return stored, ok
 }
 
 // enteredAt returns when sandbox id last entered state st (from its events).

@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
 	_ "gocloud.dev/blob/fileblob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/berth-dev/berth"
 )
@@ -147,12 +151,14 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 		IntakeOpen: true, HeartbeatAt: now}, now)
 	must(t, err)
 	now = now.Add(90 * time.Second)
-	release, _ := h.s.sweepDeletes.start("a1") // another sweeper delete to a1 is in flight
+	other := make(chan struct{})
+	h.s.sweepDeletes.run("a1", func() { <-other }, nil) // another sweeper delete to a1 is in flight
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxResuming || a.deletes.Load() != 0 {
 		t.Fatalf("with a1's delete slot taken: %s, %d deletes; want resuming, none yet", sb.State, a.deletes.Load())
 	}
-	release()
+	close(other)
+	waitUntil(t, "the other delete", func() (bool, string) { return !h.s.sweepDeletes.busy("a1"), "" })
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxPaused {
 		t.Fatalf("once the slot is free: %s, want paused", sb.State)
@@ -251,5 +257,55 @@ func TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing(t *testing.T) {
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-1"); sb.State != berth.SandboxPaused || sb.Image != "sb-1/1" {
 		t.Fatalf("once the store answers: %s (%s), image %q; want paused with its image", sb.State, sb.Reason, sb.Image)
+	}
+}
+
+// downBucket is a snapshot store whose every question fails with a fault of its own (one that
+// hangs ends the same way, at snapshotCheckTimeout), counting the questions.
+type downBucket struct {
+	driver.Bucket
+	asked atomic.Int64
+}
+
+func (b *downBucket) Attributes(context.Context, string) (*driver.Attributes, error) {
+	b.asked.Add(1)
+	return nil, errors.New("snapshot store down")
+}
+func (*downBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Internal }
+func (*downBucket) Close() error                       { return nil }
+
+// TestPAUSE1_ASnapshotStoreDownIsAskedOnceARound (an attack): once the snapshot store could
+// not tell whether one abandoned pause's image is stored, the round asks it about no other:
+// each question may take snapshotCheckTimeout (30 s), and a store that hung held the sweep —
+// lease expiry with it — 30 s per abandoned pause, every round. Those pauses wait, pausing.
+func TestPAUSE1_ASnapshotStoreDownIsAskedOnceARound(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	down := &downBucket{}
+	bucket := blob.NewBucket(down)
+	t.Cleanup(func() { bucket.Close() })
+	h := newHarnessWith(t, func(c *Config) {
+		c.Clock, c.Snapshots, c.StartingGrace, c.PauseTimeout = func() time.Time { return now }, bucket, time.Minute, time.Minute
+	})
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	for i, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxPausing, berth.SandboxSnapshotting} {
+		id := fmt.Sprintf("sb-%d", i)
+		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
+			State: st, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+	}
+	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now}, now)
+	must(t, err)
+	now = now.Add(3 * time.Minute)
+	for round := 1; round <= 2; round++ {
+		h.s.settleCheckpoints(ctx)
+		if got := down.asked.Load(); got != int64(round) {
+			t.Fatalf("after round %d the snapshot store was asked %d times; want once a round", round, got)
+		}
+	}
+	for i := range 3 {
+		if sb, _ := h.st.Sandbox(ctx, fmt.Sprintf("sb-%d", i)); sb.State == berth.SandboxLost || sb.Image == "" {
+			t.Fatalf("sb-%d is %s, image %q: settled while the snapshot store could not tell", i, sb.State, sb.Image)
+		}
 	}
 }

@@ -106,11 +106,13 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	_, err = st.TransitionSandbox(ctx, "sb-1", []berth.SandboxState{berth.SandboxRunning}, berth.SandboxStopped, "deleted", "test", now)
 	must(t, err)
 	now = now.Add(s.cfg.HeldSweepEvery - time.Second)
-	release, _ := s.stopRounds.start("a1") // a round in flight
+	inFlight := make(chan struct{})
+	s.stopRounds.run("a1", func() { <-inFlight }, nil) // a round in flight
 	skipped := whole
 	skipped.BootID = "b2"
 	s.stopEnded(skipped)
-	release()
+	close(inFlight)
+	waitUntil(t, "the round in flight", func() (bool, string) { return !s.stopRounds.busy("a1"), "" })
 	now = now.Add(2 * time.Second)
 	next := delta()
 	next.BootID = "b2"

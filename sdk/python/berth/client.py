@@ -315,13 +315,21 @@ def _lost_answer(r: _Request, resp: _Response, what: str) -> BerthError:
 
 
 def _loads(body: bytes) -> Any:
-    """json.loads of a response body. A body nested deeper than Python's recursion allows
-    (100,000 "[", say) raises RecursionError there: it is undecodable JSON like any other
-    (ValueError), never an exception the caller does not expect from a bad answer."""
+    """json.loads of a response body, as Go's encoding/json reads it, so the SDKs agree on
+    what an answer says: UTF-8 only (invalid bytes become U+FFFD; json.loads would also take
+    UTF-16 and UTF-32), a byte order mark refused, and no NaN or Infinity (not JSON; an exec
+    body holding one read as a result here while Go and TypeScript refused it). A body nested
+    deeper than Python's recursion allows (100,000 "[", say) raises RecursionError there. Each
+    is undecodable JSON like any other (ValueError), never an exception the caller does not
+    expect from a bad answer."""
     try:
-        return json.loads(body)
+        return json.loads(body.decode("utf-8", errors="replace"), parse_constant=_not_json)
     except RecursionError as e:
         raise ValueError(f"JSON nested too deep to decode: {e}") from e
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 class _NoAnswer(Exception):

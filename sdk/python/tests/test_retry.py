@@ -239,7 +239,11 @@ class WhatIsRetried(RetryCase):
         ran = Reply(200, {"exit_code": 0, "stdout": "", "stderr": ""})
         # A 200 that is not an exec result (ExecResult.from_answer, the Go package's
         # berth.ParseExecResult) read as exit code 0 before; the empty one was found by an attack.
-        not_results = (b"", b"null", b"{}", b"[]", b'{"stdout":"hi"}', b'{"exit_code":"0"}', b'{"exit_code":1.5}')
+        not_results = (b"", b"null", b"{}", b"[]", b'{"stdout":"hi"}', b'{"exit_code":"0"}', b'{"exit_code":1.5}',
+                       # Not JSON as Go reads it, read as results here before (found by an attack):
+                       # NaN and Infinity, a byte order mark, UTF-16 and UTF-32.
+                       b'{"exit_code":0,"x":NaN}', b'{"exit_code":1,"x":-Infinity}', b'\xef\xbb\xbf{"exit_code":0}',
+                       '{"exit_code":7}'.encode("utf-16-le"), '{"exit_code":0}'.encode("utf-32"))
         for reply, kind in ((Reply(hangup=True), TransportError),
                             (Reply(503, b"<html>no healthy upstream</html>"), BerthError),
                             *((Reply(200, b), BerthError) for b in not_results)):

@@ -294,7 +294,7 @@ export class Berth {
         // anything.
         const rateLimited = answer.status === 429 && e.code === "rate_limited";
         // A proxy's 502/503/504 page: whether Berth got the call is unknown.
-        if (r.runsTwice && retryableStatus(answer.status) && errorDetail(new TextDecoder().decode(answer.body)) === undefined) {
+        if (r.runsTwice && retryableStatus(answer.status) && errorDetail(bodyText(answer.body)) === undefined) {
           throw outcomeUnknown(e.message, e);
         }
         if (!rateLimited && !(r.idempotent && retryableStatus(answer.status))) throw e;
@@ -419,7 +419,7 @@ const STATUS_TEXT: Record<number, string> = {
  * from the body's retry_after_s, or else from the Retry-After header read against nowMs.
  */
 function decodeError(a: Answer, nowMs: number): BerthError {
-  const text = new TextDecoder().decode(a.body);
+  const text = bodyText(a.body);
   const headerRequestId = a.headers.get("x-request-id") ?? "";
   const headerHint = retryAfterFromHeaders(a.headers, nowMs) ?? 0;
   const detail = errorDetail(text);
@@ -535,9 +535,18 @@ function newIdempotencyKey(): string {
 
 type Send = (r: Request) => Promise<Answer>;
 
+/**
+ * The text of an answer's body, as Go's encoding/json reads it: UTF-8, invalid bytes becoming
+ * U+FFFD, and a byte order mark kept — so JSON.parse refuses it, as the Go SDK does, instead of
+ * TextDecoder's default of dropping it (the SDKs then disagreed on what an exec result is).
+ */
+function bodyText(body: Uint8Array): string {
+  return new TextDecoder("utf-8", { ignoreBOM: true }).decode(body);
+}
+
 /** Decodes a 2xx answer's JSON body. */
 function decodeJSON<T>(r: Request, a: Answer): T {
-  const text = new TextDecoder().decode(a.body);
+  const text = bodyText(a.body);
   try {
     return JSON.parse(text) as T;
   } catch (err) {
