@@ -318,8 +318,8 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 			s.stopSwept.Store(hb.AgentID, now)
 		}
 		s.stopRound(hb, held, sweep)
-	}, func() {
-		s.stopSwept.Store(hb.AgentID, s.cfg.Clock())
+	}, func() { // whole alone: a waiting round must not keep the heartbeat's list alive
+		s.stopSwept.Store(whole.AgentID, s.cfg.Clock())
 		s.stopRound(whole, nil, true)
 	})
 }

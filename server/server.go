@@ -439,7 +439,7 @@ func (s *Server) sweep(ctx context.Context) {
 			"create abandoned: no replica finished it and its agent never listed it", "sweeper/"+s.cfg.ReplicaID, s.cfg.Clock())
 		if err == nil && ok {
 			s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
-			_ = s.sweepDelete(ctx, sb.AgentID, sb.ID) // in case it runs after all (skipped: AGT-6 stops a failed row)
+			s.sweepDelete(ctx, sb.AgentID, sb.ID, berth.SandboxFailed, nil) // in case it runs after all (dropped: AGT-6 stops a failed row)
 		}
 		return true
 	})
@@ -449,21 +449,35 @@ func (s *Server) sweep(ctx context.Context) {
 // expiry): far above what a host runs.
 const maxLiveOnHost = 100000
 
-// sweepDelete sends a delete the sweeper decided on to agentID in the background: at most one
-// to each agent and maxStopRounds in all at once, each bounded by the agent call's own
-// timeout. One not sent now — its agent's delete in flight (dropped), or every slot taken
-// (queued, agentCalls) — is reported busy: the caller leaves its row as it is, for a later
-// round to find it done or send it again (or AGT-6, for a row that ended). An agent with no address gets nothing (busy false). Sent
-// inline, a delete its agent never answered held the sweeper's loop for AgentTimeout (30 s)
-// each, and lease expiry with it (found by an attack: an agent that kept ten stopping
-// sandboxes listed and never answered their deletes held a dead host's sandbox running).
-func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string) (busy bool) {
+// sweepDelete sends a delete the sweeper decided on to agentID in the background, through
+// sweepDeletes: at most one to each agent and maxStopRounds in all at once, each bounded by
+// the agent call's own timeout; one asked for while every slot is taken waits its turn in the
+// queue, and one asked for while its agent's delete is in flight is dropped (a later round
+// asks again). When its turn comes it is sent only if the sandbox is still as the caller
+// found it — in state want, on agentID, and for an abandoned resume still not listed by that
+// agent — and then runs then (if not nil): the row may have moved while the delete waited (a
+// resume that finished late, promoted to running by the agent's heartbeat, would have been
+// stopped; an attack). An agent with no address gets nothing. Sent inline, a delete its
+// agent never answered held the sweeper's loop for AgentTimeout (30 s) each, and lease expiry
+// with it (an attack: an agent that kept ten stopping sandboxes listed and never answered
+// their deletes held a dead host's sandbox running).
+func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string, want berth.SandboxState, then func()) {
 	addr, err := s.agentAddress(ctx, agentID)
 	if err != nil {
-		return false
+		return
 	}
-	send := func() { _ = s.agents.delete(ctx, addr, sandboxID) }
-	return !s.sweepDeletes.run(agentID, send, send)
+	send := func() {
+		sb, err := s.store.Sandbox(ctx, sandboxID)
+		if err != nil || sb.State != want || sb.AgentID != agentID ||
+			(want == berth.SandboxResuming && s.agentHolds(ctx, agentID, sandboxID)) {
+			return
+		}
+		_ = s.agents.delete(ctx, addr, sandboxID)
+		if then != nil {
+			then()
+		}
+	}
+	s.sweepDeletes.run(agentID, send, send)
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease

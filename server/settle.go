@@ -24,10 +24,14 @@ import (
 //   - resuming: its agent lists it → the heartbeat already promoted it; else paused again
 //     (its image is still there) and the agent is told to stop whatever it started.
 func (s *Server) settleCheckpoints(ctx context.Context) {
-	var snapshotsDown bool // the snapshot store could not tell once this round: not asked again
+	// One budget for the round's questions to the snapshot store: a store that hangs holds
+	// the sweep — lease expiry with it — snapshotRoundBudget once, not that long per row, and
+	// an image the store fails on at once keeps no other from being asked (attacks).
+	snap, cancel := context.WithTimeout(ctx, snapshotRoundBudget)
+	defer cancel()
 	for _, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxSnapshotting, berth.SandboxResuming} {
 		if s.eachInState(ctx, st, func(sb berth.Sandbox) bool {
-			s.settleCheckpoint(ctx, st, sb, &snapshotsDown)
+			s.settleCheckpoint(ctx, snap, st, sb)
 			return true
 		}) != nil {
 			return
@@ -36,12 +40,10 @@ func (s *Server) settleCheckpoints(ctx context.Context) {
 }
 
 // settleCheckpoint settles sb, found in state st, if it has been there past its grace; see
-// settleCheckpoints. A pause or snapshot move it cannot settle because the snapshot store
-// cannot tell whether its image is stored waits for a later round, and sets *snapshotsDown so
-// the round asks the store no more: each question may take snapshotCheckTimeout (30 s), and
-// a store that hangs would otherwise hold the sweep — lease expiry with it — that long per
-// row (found by an attack).
-func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb berth.Sandbox, snapshotsDown *bool) {
+// settleCheckpoints. Questions to the snapshot store go with snap, the round's budget for
+// them; a pause or snapshot move whose image the store cannot vouch for within it (a fault,
+// or the budget spent) waits for a later round.
+func (s *Server) settleCheckpoint(ctx, snap context.Context, st berth.SandboxState, sb berth.Sandbox) {
 	now := s.cfg.Clock()
 	grace := s.cfg.StartingGrace
 	if st != berth.SandboxResuming {
@@ -52,7 +54,7 @@ func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb
 		return
 	}
 	held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
-	stored, ok := s.checkpointImage(ctx, st, sb.Image, snapshotsDown)
+	stored, ok := s.checkpointImage(snap, st, sb.Image)
 	if !ok {
 		return // the snapshot store cannot tell: a later round asks again
 	}
@@ -63,11 +65,12 @@ func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb
 	case st == berth.SandboxResuming && held:
 		return // its agent's heartbeat promotes it
 	case st == berth.SandboxResuming:
-		if s.sweepDelete(ctx, sb.AgentID, sb.ID) {
-			return // the delete waits for a free slot: once paused, none would go
-		}
+		// Paused again only once the delete of whatever the agent started has gone out (in
+		// its turn, sweepDelete): once paused, no round would send it.
 		move.To, move.PausedAt = berth.SandboxPaused, now
 		why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
+		s.sweepDelete(ctx, sb.AgentID, sb.ID, st, func() { s.settled(ctx, sb.ID, st, move, why, "", now) })
+		return
 	case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
 		// Both stored and listed, by a list from before the checkpoint surely ended:
 		// the list may predate the guest's stop, and the agent's next one decides.
@@ -88,8 +91,14 @@ func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb
 		move.To, move.Image = berth.SandboxLost, ""
 		why = "checkpoint interrupted: agent/" + sb.AgentID + " does not hold it and no image was stored"
 	}
-	if ok, err := s.store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{st}, move, why, "sweeper/"+s.cfg.ReplicaID, now); err == nil && ok {
-		s.log.Warn("settled an abandoned checkpoint or resume", "sandbox", sb.ID, "from", st, "to", move.To, "reason", why)
+	s.settled(ctx, sb.ID, st, move, why, drop, now)
+}
+
+// settled records the move of sandbox id from st that settleCheckpoint decided on, if it is
+// still in st, and then deletes the images under drop ("" for none).
+func (s *Server) settled(ctx context.Context, id string, st berth.SandboxState, move berth.SandboxMove, why, drop string, now time.Time) {
+	if ok, err := s.store.MoveSandbox(ctx, id, []berth.SandboxState{st}, move, why, "sweeper/"+s.cfg.ReplicaID, now); err == nil && ok {
+		s.log.Warn("settled an abandoned checkpoint or resume", "sandbox", id, "from", st, "to", move.To, "reason", why)
 		if drop != "" {
 			s.deleteImages(ctx, drop)
 		}
@@ -97,18 +106,16 @@ func (s *Server) settleCheckpoint(ctx context.Context, st berth.SandboxState, sb
 }
 
 // checkpointImage reports whether a pause or snapshot move's image is stored (a resume's is
-// not asked about: false); ok is false when the snapshot store could not tell, now or earlier
-// in the round (*snapshotsDown).
-func (s *Server) checkpointImage(ctx context.Context, st berth.SandboxState, image string, snapshotsDown *bool) (stored, ok bool) {
+// not asked about: false); ok is false when the snapshot store could not tell, or snap (the
+// round's budget) has ended.
+func (s *Server) checkpointImage(snap context.Context, st berth.SandboxState, image string) (stored, ok bool) {
 	if st == berth.SandboxResuming {
 		return false, true
 	}
-	if *snapshotsDown {
+	if snap.Err() != nil {
 		return false, false
 	}
-	stored, ok = s.imageStored(ctx, image)
-	*snapshotsDown = !ok
-	return stored, ok
+	return s.imageStored(snap, image)
 }
 
 // enteredAt returns when sandbox id last entered state st (from its events).
@@ -158,6 +165,10 @@ func (s *Server) imageStored(ctx context.Context, image string) (stored, known b
 // snapshotCheckTimeout bounds imageStored's question to the snapshot store, so a store that
 // hangs holds neither a sweep nor a pause's answer for long.
 const snapshotCheckTimeout = 30 * time.Second
+
+// snapshotRoundBudget bounds all of one sweep round's questions to the snapshot store
+// (settleCheckpoints); a variable for tests.
+var snapshotRoundBudget = snapshotCheckTimeout
 
 // eachInState calls fn on every sandbox in state st, oldest created first, reading sweepPage
 // rows at a time: a state holding more rows than one read is still swept whole (a single

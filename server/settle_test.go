@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,16 +48,18 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 
 	now = now.Add(90 * time.Second) // past the resume's grace, not the checkpoints'
 	h.s.settleCheckpoints(ctx)
-	want := map[string]berth.SandboxState{"sb-held": berth.SandboxPausing, "sb-resume": berth.SandboxPaused}
-	for id, st := range want {
-		if sb, _ := h.st.Sandbox(ctx, id); sb.State != st {
-			t.Fatalf("after 90 s %s is %s, want %s", id, sb.State, st)
-		}
+	if sb, _ := h.st.Sandbox(ctx, "sb-held"); sb.State != berth.SandboxPausing {
+		t.Fatalf("after 90 s sb-held is %s, want pausing", sb.State)
 	}
+	// The resume is paused again once its delete went out, in the delete's turn (sweepDelete).
+	waitUntil(t, "the abandoned resume paused again", func() (bool, string) {
+		sb, _ := h.st.Sandbox(ctx, "sb-resume")
+		return sb.State == berth.SandboxPaused && a.deletes.Load() == 1, fmt.Sprintf("%s, %d deletes", sb.State, a.deletes.Load())
+	})
 	now = now.Add(2 * time.Minute)
 	put("sb-young", berth.SandboxPausing, "") // entered just now: left alone
 	h.s.settleCheckpoints(ctx)
-	want = map[string]berth.SandboxState{"sb-held": berth.SandboxRunning, "sb-stored": berth.SandboxPaused,
+	want := map[string]berth.SandboxState{"sb-held": berth.SandboxRunning, "sb-stored": berth.SandboxPaused,
 		"sb-gone": berth.SandboxLost, "sb-resume": berth.SandboxPaused, "sb-young": berth.SandboxPausing}
 	for id, st := range want {
 		sb, err := h.st.Sandbox(ctx, id)
@@ -67,10 +70,6 @@ func TestPAUSE1_SweeperSettlesAbandonedCheckpoints(t *testing.T) {
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.AgentID != "" || sb.Image != "sb-resume/1" || sb.PausedAt.IsZero() {
 		t.Fatalf("resume settled as %+v; want paused on no host with its image", sb)
 	}
-	// The sweeper sends the delete in the background (sweepDelete), so it does not wait on it.
-	waitUntil(t, "the agent told to stop the abandoned resume", func() (bool, string) {
-		return a.deletes.Load() > 0, fmt.Sprintf("%d deletes", a.deletes.Load())
-	})
 	if a.deletes.Load() != 1 {
 		t.Fatalf("agent told to stop %d sandboxes, want the abandoned resume's", a.deletes.Load())
 	}
@@ -160,11 +159,9 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 	close(other)
 	waitUntil(t, "the other delete", func() (bool, string) { return !h.s.sweepDeletes.busy("a1"), "" })
 	h.s.settleCheckpoints(ctx)
-	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxPaused {
-		t.Fatalf("once the slot is free: %s, want paused", sb.State)
-	}
-	waitUntil(t, "the abandoned resume's guest told to stop", func() (bool, string) {
-		return a.deletes.Load() == 1, fmt.Sprintf("%d deletes", a.deletes.Load())
+	waitUntil(t, "once the slot is free: the guest told to stop, then the row paused", func() (bool, string) {
+		sb, _ := h.st.Sandbox(ctx, "sb-resume")
+		return sb.State == berth.SandboxPaused && a.deletes.Load() == 1, fmt.Sprintf("%s, %d deletes", sb.State, a.deletes.Load())
 	})
 }
 
@@ -260,28 +257,37 @@ func TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing(t *testing.T) {
 	}
 }
 
-// downBucket is a snapshot store whose every question fails with a fault of its own (one that
-// hangs ends the same way, at snapshotCheckTimeout), counting the questions.
-type downBucket struct {
+// faultyBucket is a snapshot store that answers every question about keys under bad with a
+// fault of its own, at once, and holds every other image as stored — or, with hang, answers
+// nothing until the question's context ends (a store that accepts and never answers). It
+// counts the questions.
+type faultyBucket struct {
 	driver.Bucket
+	bad   string
+	hang  bool
 	asked atomic.Int64
 }
 
-func (b *downBucket) Attributes(context.Context, string) (*driver.Attributes, error) {
+func (b *faultyBucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
 	b.asked.Add(1)
-	return nil, errors.New("snapshot store down")
+	switch {
+	case b.hang:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case strings.HasPrefix(key, b.bad):
+		return nil, errors.New("permission denied")
+	}
+	return &driver.Attributes{}, nil
 }
-func (*downBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Internal }
-func (*downBucket) Close() error                       { return nil }
+func (*faultyBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Internal }
+func (*faultyBucket) Close() error                       { return nil }
 
-// TestPAUSE1_ASnapshotStoreDownIsAskedOnceARound (an attack): once the snapshot store could
-// not tell whether one abandoned pause's image is stored, the round asks it about no other:
-// each question may take snapshotCheckTimeout (30 s), and a store that hung held the sweep —
-// lease expiry with it — 30 s per abandoned pause, every round. Those pauses wait, pausing.
-func TestPAUSE1_ASnapshotStoreDownIsAskedOnceARound(t *testing.T) {
+// settleWithSnapshots puts three abandoned pauses (sb-0, sb-1, sb-2: images sb-N/1, their
+// agent not listing them) past their grace on a harness whose snapshot store is b.
+func settleWithSnapshots(t *testing.T, b driver.Bucket) *harness {
+	t.Helper()
 	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
-	down := &downBucket{}
-	bucket := blob.NewBucket(down)
+	bucket := blob.NewBucket(b)
 	t.Cleanup(func() { bucket.Close() })
 	h := newHarnessWith(t, func(c *Config) {
 		c.Clock, c.Snapshots, c.StartingGrace, c.PauseTimeout = func() time.Time { return now }, bucket, time.Minute, time.Minute
@@ -291,21 +297,100 @@ func TestPAUSE1_ASnapshotStoreDownIsAskedOnceARound(t *testing.T) {
 	for i, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxPausing, berth.SandboxSnapshotting} {
 		id := fmt.Sprintf("sb-%d", i)
 		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
-			State: st, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+			State: st, MemoryMiB: 512, CreatedAt: now.Add(time.Duration(i) * time.Millisecond), ExpiresAt: now.Add(time.Hour),
+			Image: id + "/1"}, "test", now))
 	}
 	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
 		IntakeOpen: true, HeartbeatAt: now}, now)
 	must(t, err)
 	now = now.Add(3 * time.Minute)
+	return h
+}
+
+// TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce (an attack): the questions of one sweep
+// round to the snapshot store share one budget. Each question may take snapshotCheckTimeout
+// (30 s), and a store that hung held the sweep — lease expiry with it — 30 s per abandoned
+// pause, every round; now once a round, and the pauses wait, pausing, with their images.
+func TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce(t *testing.T) {
+	old := snapshotRoundBudget
+	snapshotRoundBudget = 50 * time.Millisecond
+	t.Cleanup(func() { snapshotRoundBudget = old })
+	b := &faultyBucket{hang: true}
+	h := settleWithSnapshots(t, b)
+	ctx := context.Background()
 	for round := 1; round <= 2; round++ {
 		h.s.settleCheckpoints(ctx)
-		if got := down.asked.Load(); got != int64(round) {
-			t.Fatalf("after round %d the snapshot store was asked %d times; want once a round", round, got)
+		if got := b.asked.Load(); got != int64(round) {
+			t.Fatalf("after round %d the hanging snapshot store was asked %d times; want once a round", round, got)
 		}
 	}
 	for i := range 3 {
 		if sb, _ := h.st.Sandbox(ctx, fmt.Sprintf("sb-%d", i)); sb.State == berth.SandboxLost || sb.Image == "" {
 			t.Fatalf("sb-%d is %s, image %q: settled while the snapshot store could not tell", i, sb.State, sb.Image)
+		}
+	}
+}
+
+// TestPAUSE1_OneBadImageHoldsNoOtherPause (an attack): an image the snapshot store fails on
+// at once (a wrong permission on one object) leaves its own pause waiting and no other: the
+// oldest row, asked first each round, stopped the round's questions and held every later
+// abandoned pause for good.
+func TestPAUSE1_OneBadImageHoldsNoOtherPause(t *testing.T) {
+	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/"})
+	ctx := context.Background()
+	h.s.settleCheckpoints(ctx)
+	for id, want := range map[string]berth.SandboxState{"sb-0": berth.SandboxPausing, "sb-1": berth.SandboxPaused,
+		"sb-2": berth.SandboxPaused} {
+		if sb, _ := h.st.Sandbox(ctx, id); sb.State != want {
+			t.Errorf("%s is %s (%s), want %s", id, sb.State, sb.Reason, want)
+		}
+	}
+}
+
+// TestPAUSE1_AQueuedDeleteChecksTheRowFirst (attacks on the queue of agent calls): the
+// sweeper's delete of an abandoned resume that waits for a slot is sent only if the row is
+// still resuming and unlisted when its turn comes, and the row is paused again then. A
+// resume that finished late meanwhile — its row promoted to running by the agent's heartbeat
+// — would otherwise be stopped, its row left running over no guest.
+func TestPAUSE1_AQueuedDeleteChecksTheRowFirst(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now}, now)
+	must(t, err)
+	for _, promoted := range []bool{true, false} {
+		id := fmt.Sprintf("sb-promoted-%v", promoted)
+		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
+			State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+		now = now.Add(90 * time.Second)
+		full := make(chan struct{}) // every delete slot taken by other agents' deletes
+		for i := range maxStopRounds {
+			h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), func() { <-full }, nil)
+		}
+		h.s.settleCheckpoints(ctx)
+		if sb, _ := h.st.Sandbox(ctx, id); sb.State != berth.SandboxResuming || !h.s.sweepDeletes.busy("a1") {
+			t.Fatalf("%s with every slot taken: %s, delete queued %v; want resuming, queued", id, sb.State, h.s.sweepDeletes.busy("a1"))
+		}
+		if promoted { // the resume finished late: the agent's heartbeat promotes the row
+			ok, err := h.st.TransitionSandbox(ctx, id, []berth.SandboxState{berth.SandboxResuming}, berth.SandboxRunning,
+				"restored", "agent/a1", now)
+			must(t, err)
+			if !ok {
+				t.Fatal("not promoted")
+			}
+		}
+		before := a.deletes.Load()
+		close(full)
+		waitUntil(t, "the queued delete's turn", func() (bool, string) { return !h.s.sweepDeletes.busy("a1"), "" })
+		if got, want := a.deletes.Load()-before, map[bool]int64{true: 0, false: 1}[promoted]; got != want {
+			t.Fatalf("promoted %v: %d deletes sent at its turn, want %d", promoted, got, want)
+		}
+		// Not promoted, the waiting delete also settles the row (found by an attack: with
+		// every slot busy in every round, the resume was never paused).
+		if sb, _ := h.st.Sandbox(ctx, id); sb.State != map[bool]berth.SandboxState{true: berth.SandboxRunning, false: berth.SandboxPaused}[promoted] {
+			t.Fatalf("promoted %v: %s after the queued delete's turn", promoted, sb.State)
 		}
 	}
 }
