@@ -55,10 +55,10 @@ func newAgentCalls(limit int, expiry time.Duration, clock func() time.Time) *age
 		queue: list.New(), queued: map[string]*list.Element{}}
 }
 
-// run starts now, in its own goroutine, the call of agentID's that now does when a slot is
-// free and no other agent waits for one (started true); else, unless agentID's own call
-// runs, it queues later — work that holds only what it needs while it waits — to start when
-// a slot frees, in its agent's place (started false).
+// run asks for a call of agentID's. When a slot is free and no other agent waits for one, it
+// runs now in its own goroutine (started true). Otherwise, unless agentID's own call runs
+// (the ask is dropped), later — work that holds only what it needs while it waits — takes
+// agentID's place in the queue and starts in its goroutine when a slot frees (started false).
 func (c *agentCalls) run(agentID string, now, later func()) (started bool) {
 	at := c.clock()
 	c.mu.Lock()
