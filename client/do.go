@@ -301,14 +301,10 @@ func (e *attemptTimeoutError) Temporary() bool { return true }
 // decodeJSON decodes a 2xx answer's body into v.
 func decodeJSON(r request, resp response, v any) error {
 	if err := json.Unmarshal(resp.body, v); err != nil {
-		bad := fmt.Errorf("berth: %s %s: the answer (HTTP %d) is not the JSON Berth sends: %s",
+		// Exec, the one call that runs twice, reads its answer with berth.ParseExecResult
+		// (outcome_unknown for anything that is not a result), not here.
+		return fmt.Errorf("berth: %s %s: the answer (HTTP %d) is not the JSON Berth sends: %s",
 			r.method, r.path, resp.status, strings.TrimPrefix(err.Error(), "json: "))
-		// A call that ran, or may have: its result is lost. (Exec reads its answer with
-		// berth.ParseExecResult, which says outcome_unknown for more than bad JSON.)
-		if r.runsTwice {
-			return outcomeUnknown(bad, fmt.Sprintf("the answer (HTTP %d) is not the JSON Berth sends", resp.status))
-		}
-		return bad
 	}
 	return nil
 }

@@ -117,6 +117,15 @@ func sandboxState(t *testing.T, st berth.Store, id string) berth.SandboxState {
 	return sb.State
 }
 
+// waitState waits until sandbox id is in state want (what names the wait in a failure).
+func waitState(t *testing.T, st berth.Store, id string, want berth.SandboxState, what string) {
+	t.Helper()
+	waitUntil(t, what, func() (bool, string) {
+		got := sandboxState(t, st, id)
+		return got == want, string(got)
+	})
+}
+
 // TestLIF2_RestartOfTheControlPlaneLosesNoSandbox: every replica was down for five minutes —
 // longer than the 90 s lease — while the host went on running its sandbox. The replica that
 // starts again does not declare the sandbox lost for silence it could not hear; once it has
@@ -132,10 +141,7 @@ func TestLIF2_RestartOfTheControlPlaneLosesNoSandbox(t *testing.T) {
 		t.Fatalf("after the control plane's restart, a sandbox whose host it could not hear for 5 min is %s, want running", got)
 	}
 	sweeps.advance(t, clk, 91*time.Second) // now heard nothing from the host for a whole lease
-	waitUntil(t, "the sandbox lost once its host was silent for a lease the replica heard", func() (bool, string) {
-		st := sandboxState(t, h.st, sb.ID)
-		return st == berth.SandboxLost, string(st)
-	})
+	waitState(t, h.st, sb.ID, berth.SandboxLost, "the sandbox lost once its host was silent for a lease the replica heard")
 }
 
 // TestLIF2_StalledStoreLosesNoSandbox: the store hangs for five minutes (a partition to
@@ -163,10 +169,7 @@ func TestLIF2_StalledStoreLosesNoSandbox(t *testing.T) {
 				t.Fatalf("after the store hung for 5 min, a sandbox whose host no heartbeat could be recorded for is %s, want running", got)
 			}
 			sweeps.advance(t, clk, 91*time.Second)
-			waitUntil(t, "the sandbox lost once its host was silent for a lease after the stall", func() (bool, string) {
-				st := sandboxState(t, h.st, sb.ID)
-				return st == berth.SandboxLost, string(st)
-			})
+			waitState(t, h.st, sb.ID, berth.SandboxLost, "the sandbox lost once its host was silent for a lease after the stall")
 		})
 	}
 }
@@ -241,10 +244,7 @@ func TestLIF2_StoreOutageLosesNoSandbox(t *testing.T) {
 		t.Fatalf("after a 5 min store outage, the sandbox of a host no heartbeat could be recorded for is %s, want running", got)
 	}
 	sweeps.advance(t, clk, 91*time.Second)
-	waitUntil(t, "the sandbox lost once its host was silent for a lease after the outage", func() (bool, string) {
-		st := sandboxState(t, st, "sb-1")
-		return st == berth.SandboxLost, string(st)
-	})
+	waitState(t, st, "sb-1", berth.SandboxLost, "the sandbox lost once its host was silent for a lease after the outage")
 	evs, err := st.Events(ctx, berth.EventFilter{Entity: "sandbox/sb-1"})
 	must(t, err)
 	if last := evs[len(evs)-1]; last.To != "lost" || !strings.Contains(last.Reason, "lease expired") {
