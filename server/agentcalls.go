@@ -9,9 +9,11 @@ import (
 // agentCalls runs one kind of background call to agents (AGT-6 stop rounds, the sweeper's
 // deletes): at most one to each agent at a time and limit in all, in the order they were
 // asked for. A call asked for while every slot is taken waits in a queue, one place per
-// agent (asked again, it keeps its place and its work is replaced by the newer one), and
-// starts the moment a slot frees; a call asked for while its agent's own call runs is
-// dropped, for the caller to ask again later (the next heartbeat, the next sweep).
+// agent, and starts the moment a slot frees; the place holds one piece of work per key (a
+// sandbox's delete, an agent's stop round), run one after another in the agent's slot, and an
+// ask for a key already waiting replaces its work. A call asked for while its agent's own
+// call runs is dropped, for the caller to ask again later (the next heartbeat, the next
+// sweep).
 //
 // Why a queue: the calls were first refused outright when no slot was free, and agents whose
 // calls never answered (each held its slot for AgentTimeout, 30 s) and that asked again the
@@ -41,11 +43,30 @@ type agentCalls struct {
 	lastAsk time.Time
 }
 
-// agentCall is a queued call: its agent, its work, and when its agent last asked for it.
+// agentCall is a queued call: its agent, its work by key in the order first asked, and when
+// its agent last asked. One key's work replaced another's (a later delete of the same agent
+// in the same round) until an attack showed a delete asked for each round starving the one
+// asked for before it.
 type agentCall struct {
 	agentID string
-	work    func()
+	keys    []string
+	work    map[string]func()
 	asked   time.Time
+}
+
+// add puts work under key, in place of a waiting one.
+func (q *agentCall) add(key string, work func()) {
+	if _, ok := q.work[key]; !ok {
+		q.keys = append(q.keys, key)
+	}
+	q.work[key] = work
+}
+
+// run runs the waiting work, in the order first asked.
+func (q *agentCall) run() {
+	for _, k := range q.keys {
+		q.work[k]()
+	}
 }
 
 // newAgentCalls returns room for limit calls at once (≥ 1); a queued call is dropped when its
@@ -55,11 +76,12 @@ func newAgentCalls(limit int, expiry time.Duration, clock func() time.Time) *age
 		queue: list.New(), queued: map[string]*list.Element{}}
 }
 
-// run asks for a call of agentID's. When a slot is free and no other agent waits for one, it
-// runs now in its own goroutine (started true). Otherwise, unless agentID's own call runs
-// (the ask is dropped), later — work that holds only what it needs while it waits — takes
-// agentID's place in the queue and starts in its goroutine when a slot frees (started false).
-func (c *agentCalls) run(agentID string, now, later func()) (started bool) {
+// run asks for a call of agentID's, key naming what it does. When a slot is free and no other
+// agent waits for one, now runs at once in its own goroutine (started true). Otherwise, unless
+// agentID's own call runs (the ask is dropped), later — work that holds only what it needs
+// while it waits — waits under key in agentID's place in the queue and runs in its goroutine
+// when a slot frees (started false).
+func (c *agentCalls) run(agentID, key string, now, later func()) (started bool) {
 	at := c.clock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -69,11 +91,14 @@ func (c *agentCalls) run(agentID string, now, later func()) (started bool) {
 	}
 	if e, ok := c.queued[agentID]; ok {
 		call := e.Value.(*agentCall)
-		call.work, call.asked = later, at
+		call.add(key, later)
+		call.asked = at
 		return false
 	}
 	if c.queue.Len() > 0 || len(c.running) >= c.limit {
-		c.queued[agentID] = c.queue.PushBack(&agentCall{agentID: agentID, work: later, asked: at})
+		call := &agentCall{agentID: agentID, work: map[string]func(){}, asked: at}
+		call.add(key, later)
+		c.queued[agentID] = c.queue.PushBack(call)
 		return false
 	}
 	c.startLocked(agentID, now)
@@ -100,7 +125,7 @@ func (c *agentCalls) finish(agentID string) {
 		call := c.queue.Remove(c.queue.Front()).(*agentCall)
 		delete(c.queued, call.agentID)
 		if c.lastAsk.Sub(call.asked) <= c.expiry {
-			c.startLocked(call.agentID, call.work)
+			c.startLocked(call.agentID, call.run)
 		}
 	}
 }

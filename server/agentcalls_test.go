@@ -40,7 +40,7 @@ func TestAgentCallsRunInTheOrderAsked(t *testing.T) {
 			if release[id] == nil {
 				release[id] = make(chan struct{})
 			}
-			started := c.run(id, call(id, release[id]), call(id+" (queued)", release[id]))
+			started := c.run(id, "call", call(id, release[id]), call(id+" (queued)", release[id]))
 			synctest.Wait()
 			return started
 		}
@@ -151,7 +151,7 @@ func TestAgentCallsHungAgentsHoldNoOneOff(t *testing.T) {
 				}
 				ch := release[id]
 				mu.Unlock()
-				c.run(id, hungCall(id, ch), hungCall(id, ch))
+				c.run(id, "call", hungCall(id, ch), hungCall(id, ch))
 				mu.Lock()
 			}
 			honest := step%int(interval/tick) == 5 // its heartbeat, off the others' phase
@@ -160,7 +160,7 @@ func TestAgentCallsHungAgentsHoldNoOneOff(t *testing.T) {
 			}
 			mu.Unlock()
 			if honest {
-				c.run("honest", honestCall, honestCall)
+				c.run("honest", "call", honestCall, honestCall)
 			}
 			synctest.Wait()
 			clock.Add(tick)

@@ -313,7 +313,7 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	// A sweep is recorded only once its round starts: one skipped must not put the next one
 	// off by HeldSweepEvery.
 	whole := berth.Heartbeat{AgentID: hb.AgentID, Address: hb.Address, BootID: hb.BootID, Delta: true}
-	s.stopRounds.run(hb.AgentID, func() {
+	s.stopRounds.run(hb.AgentID, "stop round", func() {
 		if sweep {
 			s.stopSwept.Store(hb.AgentID, now)
 		}

@@ -439,7 +439,8 @@ func (s *Server) sweep(ctx context.Context) {
 			"create abandoned: no replica finished it and its agent never listed it", "sweeper/"+s.cfg.ReplicaID, s.cfg.Clock())
 		if err == nil && ok {
 			s.log.Warn("abandoned create failed by the sweeper", "sandbox", sb.ID, "agent", sb.AgentID)
-			s.sweepDelete(ctx, sb.AgentID, sb.ID, berth.SandboxFailed, nil) // in case it runs after all (dropped: AGT-6 stops a failed row)
+			sb.State = berth.SandboxFailed
+			s.sweepDelete(ctx, sb, nil) // in case it runs after all (dropped: AGT-6 stops a failed row)
 		}
 		return true
 	})
@@ -449,35 +450,39 @@ func (s *Server) sweep(ctx context.Context) {
 // expiry): far above what a host runs.
 const maxLiveOnHost = 100000
 
-// sweepDelete sends a delete the sweeper decided on to agentID in the background, through
-// sweepDeletes: at most one to each agent and maxStopRounds in all at once, each bounded by
-// the agent call's own timeout; one asked for while every slot is taken waits its turn in the
-// queue, and one asked for while its agent's delete is in flight is dropped (a later round
-// asks again). When its turn comes it is sent only if the sandbox is still as the caller
-// found it — in state want, on agentID, and for an abandoned resume still not listed by that
-// agent — and then runs then (if not nil): the row may have moved while the delete waited (a
-// resume that finished late, promoted to running by the agent's heartbeat, would have been
-// stopped; an attack). An agent with no address gets nothing. Sent inline, a delete its
-// agent never answered held the sweeper's loop for AgentTimeout (30 s) each, and lease expiry
-// with it (an attack: an agent that kept ten stopping sandboxes listed and never answered
-// their deletes held a dead host's sandbox running).
-func (s *Server) sweepDelete(ctx context.Context, agentID, sandboxID string, want berth.SandboxState, then func()) {
-	addr, err := s.agentAddress(ctx, agentID)
+// sweepDelete sends the delete the sweeper decided on for found (the row as it read it) to
+// its agent in the background, through sweepDeletes: at most one call to each agent and
+// maxStopRounds in all at once, each delete bounded by the agent call's own timeout; asked
+// for while every slot is taken it waits its turn in the queue, and while its agent's call
+// runs it is dropped (a later round asks again). Sent inline, a delete its agent never
+// answered held the sweeper's loop for AgentTimeout (30 s) each, and lease expiry with it (an
+// attack: an agent that kept ten stopping sandboxes listed and never answered their deletes
+// held a dead host's sandbox running).
+//
+// The row may move while the delete waits or runs, so the delete is sent only while the row
+// is still found — same state, agent and image, and for a resume not listed by its agent —
+// and then (if not nil) runs only if the agent took the delete and the row is still found.
+// Attacks: a resume that finished late and was promoted to running, or paused and resumed
+// again to the same agent, was stopped by a delete asked for an earlier resume, and its row
+// paused with the older image; a delete the agent failed still had the row paused, on no
+// host, while its guest might run on.
+func (s *Server) sweepDelete(ctx context.Context, found berth.Sandbox, then func()) {
+	addr, err := s.agentAddress(ctx, found.AgentID)
 	if err != nil {
 		return
 	}
+	still := func() bool {
+		sb, err := s.store.Sandbox(ctx, found.ID)
+		return err == nil && sb.State == found.State && sb.AgentID == found.AgentID && sb.Image == found.Image &&
+			(found.State != berth.SandboxResuming || !s.agentHolds(ctx, found.AgentID, found.ID))
+	}
 	send := func() {
-		sb, err := s.store.Sandbox(ctx, sandboxID)
-		if err != nil || sb.State != want || sb.AgentID != agentID ||
-			(want == berth.SandboxResuming && s.agentHolds(ctx, agentID, sandboxID)) {
+		if !still() || s.agents.delete(ctx, addr, found.ID) != nil || then == nil || !still() {
 			return
 		}
-		_ = s.agents.delete(ctx, addr, sandboxID)
-		if then != nil {
-			then()
-		}
+		then()
 	}
-	s.sweepDeletes.run(agentID, send, send)
+	s.sweepDeletes.run(found.AgentID, "delete "+found.ID, send, send)
 }
 
 // expireLeases turns the live sandboxes of agents silent for longer than their pool's lease

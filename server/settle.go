@@ -65,11 +65,11 @@ func (s *Server) settleCheckpoint(ctx, snap context.Context, st berth.SandboxSta
 	case st == berth.SandboxResuming && held:
 		return // its agent's heartbeat promotes it
 	case st == berth.SandboxResuming:
-		// Paused again only once the delete of whatever the agent started has gone out (in
-		// its turn, sweepDelete): once paused, no round would send it.
+		// Paused again only once the agent took the delete of whatever it started (in the
+		// delete's turn, sweepDelete): once paused, no round would send it.
 		move.To, move.PausedAt = berth.SandboxPaused, now
 		why = "resume abandoned: no replica finished it and agent/" + sb.AgentID + " does not list it; paused again"
-		s.sweepDelete(ctx, sb.AgentID, sb.ID, st, func() { s.settled(ctx, sb.ID, st, move, why, "", now) })
+		s.sweepDelete(ctx, sb, func() { s.settled(ctx, sb.ID, st, move, why, "", now) })
 		return
 	case stored && held && !listedLate && now.Before(since.Add(grace+s.cfg.StaleAfter)):
 		// Both stored and listed, by a list from before the checkpoint surely ended:
@@ -106,8 +106,8 @@ func (s *Server) settled(ctx context.Context, id string, st berth.SandboxState, 
 }
 
 // checkpointImage reports whether a pause or snapshot move's image is stored (a resume's is
-// not asked about: false); ok is false when the snapshot store could not tell, or snap (the
-// round's budget) has ended.
+// not asked about: false); ok is false when the snapshot store could not tell within a
+// quarter of the round's budget, or snap (the round's budget) has ended.
 func (s *Server) checkpointImage(snap context.Context, st berth.SandboxState, image string) (stored, ok bool) {
 	if st == berth.SandboxResuming {
 		return false, true
@@ -115,7 +115,11 @@ func (s *Server) checkpointImage(snap context.Context, st berth.SandboxState, im
 	if snap.Err() != nil {
 		return false, false
 	}
-	return s.imageStored(snap, image)
+	// Each question takes at most a quarter of the round's budget: one image the store hangs
+	// on (asked first every round, its row the oldest) no longer spends it all (an attack).
+	q, cancel := context.WithTimeout(snap, snapshotRoundBudget/4)
+	defer cancel()
+	return s.imageStored(q, image)
 }
 
 // enteredAt returns when sandbox id last entered state st (from its events).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,7 +153,7 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 	must(t, err)
 	now = now.Add(90 * time.Second)
 	other := make(chan struct{})
-	h.s.sweepDeletes.run("a1", func() { <-other }, nil) // another sweeper delete to a1 is in flight
+	h.s.sweepDeletes.run("a1", "other", func() { <-other }, nil) // another sweeper delete to a1 is in flight
 	h.s.settleCheckpoints(ctx)
 	if sb, _ := h.st.Sandbox(ctx, "sb-resume"); sb.State != berth.SandboxResuming || a.deletes.Load() != 0 {
 		t.Fatalf("with a1's delete slot taken: %s, %d deletes; want resuming, none yet", sb.State, a.deletes.Load())
@@ -257,10 +259,10 @@ func TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing(t *testing.T) {
 	}
 }
 
-// faultyBucket is a snapshot store that answers every question about keys under bad with a
-// fault of its own, at once, and holds every other image as stored — or, with hang, answers
-// nothing until the question's context ends (a store that accepts and never answers). It
-// counts the questions.
+// faultyBucket is a snapshot store that answers every question about keys under bad ("" for
+// all) with a fault of its own, at once — or, with hang, answers nothing until the question's
+// context ends (a store that accepts and never answers) — and holds every other image as
+// stored. It counts the questions.
 type faultyBucket struct {
 	driver.Bucket
 	bad   string
@@ -271,10 +273,11 @@ type faultyBucket struct {
 func (b *faultyBucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
 	b.asked.Add(1)
 	switch {
+	case !strings.HasPrefix(key, b.bad):
 	case b.hang:
 		<-ctx.Done()
 		return nil, ctx.Err()
-	case strings.HasPrefix(key, b.bad):
+	default:
 		return nil, errors.New("permission denied")
 	}
 	return &driver.Attributes{}, nil
@@ -282,9 +285,9 @@ func (b *faultyBucket) Attributes(ctx context.Context, key string) (*driver.Attr
 func (*faultyBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Internal }
 func (*faultyBucket) Close() error                       { return nil }
 
-// settleWithSnapshots puts three abandoned pauses (sb-0, sb-1, sb-2: images sb-N/1, their
+// settleWithSnapshots puts n abandoned pauses and snapshot moves (sb-0, sb-1, …: images sb-N/1, their
 // agent not listing them) past their grace on a harness whose snapshot store is b.
-func settleWithSnapshots(t *testing.T, b driver.Bucket) *harness {
+func settleWithSnapshots(t *testing.T, b driver.Bucket, n int) *harness {
 	t.Helper()
 	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
 	bucket := blob.NewBucket(b)
@@ -294,8 +297,11 @@ func settleWithSnapshots(t *testing.T, b driver.Bucket) *harness {
 	})
 	ctx := context.Background()
 	a := newFakeAgent(t, "")
-	for i, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxPausing, berth.SandboxSnapshotting} {
-		id := fmt.Sprintf("sb-%d", i)
+	for i := range n {
+		id, st := fmt.Sprintf("sb-%d", i), berth.SandboxPausing
+		if i%3 == 2 {
+			st = berth.SandboxSnapshotting
+		}
 		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
 			State: st, MemoryMiB: 512, CreatedAt: now.Add(time.Duration(i) * time.Millisecond), ExpiresAt: now.Add(time.Hour),
 			Image: id + "/1"}, "test", now))
@@ -308,25 +314,47 @@ func settleWithSnapshots(t *testing.T, b driver.Bucket) *harness {
 }
 
 // TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce (an attack): the questions of one sweep
-// round to the snapshot store share one budget. Each question may take snapshotCheckTimeout
-// (30 s), and a store that hung held the sweep — lease expiry with it — 30 s per abandoned
-// pause, every round; now once a round, and the pauses wait, pausing, with their images.
+// round to the snapshot store share one budget, each taking at most a quarter of it. Each
+// question may take snapshotCheckTimeout (30 s), and a store that hung held the sweep — lease
+// expiry with it — 30 s per abandoned pause, every round; now at most the budget a round: four
+// questions of a quarter each, whatever the number of rows. The pauses wait, pausing, with
+// their images.
 func TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce(t *testing.T) {
 	old := snapshotRoundBudget
-	snapshotRoundBudget = 50 * time.Millisecond
+	snapshotRoundBudget = 80 * time.Millisecond
 	t.Cleanup(func() { snapshotRoundBudget = old })
 	b := &faultyBucket{hang: true}
-	h := settleWithSnapshots(t, b)
+	const rows = 8
+	h := settleWithSnapshots(t, b, rows)
 	ctx := context.Background()
-	for round := 1; round <= 2; round++ {
+	for round := int64(1); round <= 2; round++ {
 		h.s.settleCheckpoints(ctx)
-		if got := b.asked.Load(); got != int64(round) {
-			t.Fatalf("after round %d the hanging snapshot store was asked %d times; want once a round", round, got)
+		if got := b.asked.Load(); got > 4*round {
+			t.Fatalf("after round %d the hanging snapshot store was asked %d times about %d rows; want at most 4 a round",
+				round, got, rows)
 		}
 	}
-	for i := range 3 {
+	for i := range rows {
 		if sb, _ := h.st.Sandbox(ctx, fmt.Sprintf("sb-%d", i)); sb.State == berth.SandboxLost || sb.Image == "" {
 			t.Fatalf("sb-%d is %s, image %q: settled while the snapshot store could not tell", i, sb.State, sb.Image)
+		}
+	}
+}
+
+// TestPAUSE1_OneHangingImageHoldsNoOtherPause (an attack): an image whose question the store
+// hangs on — the oldest row, asked first every round — took the whole round's budget, and no
+// younger abandoned pause was ever asked about. A question takes at most a quarter of it.
+func TestPAUSE1_OneHangingImageHoldsNoOtherPause(t *testing.T) {
+	old := snapshotRoundBudget
+	snapshotRoundBudget = 2 * time.Second
+	t.Cleanup(func() { snapshotRoundBudget = old })
+	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/", hang: true}, 3)
+	ctx := context.Background()
+	h.s.settleCheckpoints(ctx)
+	for id, want := range map[string]berth.SandboxState{"sb-0": berth.SandboxPausing, "sb-1": berth.SandboxPaused,
+		"sb-2": berth.SandboxPaused} {
+		if sb, _ := h.st.Sandbox(ctx, id); sb.State != want {
+			t.Errorf("%s is %s (%s), want %s", id, sb.State, sb.Reason, want)
 		}
 	}
 }
@@ -336,7 +364,7 @@ func TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce(t *testing.T) {
 // oldest row, asked first each round, stopped the round's questions and held every later
 // abandoned pause for good.
 func TestPAUSE1_OneBadImageHoldsNoOtherPause(t *testing.T) {
-	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/"})
+	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/"}, 3)
 	ctx := context.Background()
 	h.s.settleCheckpoints(ctx)
 	for id, want := range map[string]berth.SandboxState{"sb-0": berth.SandboxPausing, "sb-1": berth.SandboxPaused,
@@ -367,7 +395,7 @@ func TestPAUSE1_AQueuedDeleteChecksTheRowFirst(t *testing.T) {
 		now = now.Add(90 * time.Second)
 		full := make(chan struct{}) // every delete slot taken by other agents' deletes
 		for i := range maxStopRounds {
-			h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), func() { <-full }, nil)
+			h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
 		}
 		h.s.settleCheckpoints(ctx)
 		if sb, _ := h.st.Sandbox(ctx, id); sb.State != berth.SandboxResuming || !h.s.sweepDeletes.busy("a1") {
@@ -393,4 +421,110 @@ func TestPAUSE1_AQueuedDeleteChecksTheRowFirst(t *testing.T) {
 			t.Fatalf("promoted %v: %s after the queued delete's turn", promoted, sb.State)
 		}
 	}
+}
+
+// TestPAUSE1_AQueuedDeleteSparesANewerResume (an attack): a sweeper delete asked for one
+// abandoned resume waited while the row went on — promoted to running, paused again with a
+// new image, resumed to the same agent. At its turn the row was again resuming, on that
+// agent, unlisted, and the delete stopped the new resume's guest and paused the row with the
+// older image. It is sent only while the row is as found: same image too.
+func TestPAUSE1_AQueuedDeleteSparesANewerResume(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now}, now)
+	must(t, err)
+	id := "sb-x"
+	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+	now = now.Add(90 * time.Second)
+	full := make(chan struct{}) // every delete slot taken by other agents' deletes
+	for i := range maxStopRounds {
+		h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
+	}
+	h.s.settleCheckpoints(ctx) // the abandoned resume's delete waits
+	for _, mv := range []struct {
+		from berth.SandboxState
+		move berth.SandboxMove
+	}{
+		{berth.SandboxResuming, berth.SandboxMove{To: berth.SandboxRunning, AgentID: "a1", Image: id + "/1"}},
+		{berth.SandboxRunning, berth.SandboxMove{To: berth.SandboxPausing, AgentID: "a1", Image: id + "/2"}},
+		{berth.SandboxPausing, berth.SandboxMove{To: berth.SandboxPaused, PausedAt: now, Image: id + "/2"}},
+		{berth.SandboxPaused, berth.SandboxMove{To: berth.SandboxResuming, AgentID: "a1", Image: id + "/2"}},
+	} {
+		mv.move.ExpiresAt = now.Add(time.Hour)
+		ok, err := h.st.MoveSandbox(ctx, id, []berth.SandboxState{mv.from}, mv.move, "test", "test", now)
+		must(t, err)
+		if !ok {
+			t.Fatalf("%s → %s refused", mv.from, mv.move.To)
+		}
+	}
+	close(full)
+	waitUntil(t, "the waiting delete's turn", func() (bool, string) { return !h.s.sweepDeletes.busy("a1"), "" })
+	if sb, _ := h.st.Sandbox(ctx, id); a.deletes.Load() != 0 || sb.State != berth.SandboxResuming || sb.Image != id+"/2" {
+		t.Fatalf("%d deletes sent, row %s with image %s; want none, the new resume (%s/2) untouched", a.deletes.Load(), sb.State, sb.Image, id)
+	}
+}
+
+// TestPAUSE1_AFailedDeletePausesNothing (an attack): an abandoned resume is paused again only
+// once its agent took the delete. One the agent failed (503) had the row paused, on no host,
+// while the guest it may have restored runs on (AGT-6 stops no paused row's guest); now it
+// stays resuming for the next round to try again.
+func TestPAUSE1_AFailedDeletePausesNothing(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
+	ctx := context.Background()
+	var deletes atomic.Int64
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			deletes.Add(1)
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(agent.Close)
+	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: agent.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now}, now)
+	must(t, err)
+	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-y", Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-y/1"}, "test", now))
+	now = now.Add(90 * time.Second)
+	h.s.settleCheckpoints(ctx)
+	waitUntil(t, "the delete sent", func() (bool, string) {
+		return deletes.Load() == 1 && !h.s.sweepDeletes.busy("a1"), fmt.Sprintf("%d deletes", deletes.Load())
+	})
+	if sb, _ := h.st.Sandbox(ctx, "sb-y"); sb.State != berth.SandboxResuming {
+		t.Fatalf("after its agent failed the delete, sb-y is %s; want resuming, for the next round", sb.State)
+	}
+}
+
+// TestPAUSE1_ADeleteWaitingBesideAnotherIsKept (an attack): an agent's place in the queue of
+// sweeper deletes held one delete, and a later ask replaced it — a stopping row its agent
+// kept listing, asked for every round after the abandoned resume, had the resume's delete
+// replaced every round, and the resume never settled. A place keeps one delete per sandbox.
+func TestPAUSE1_ADeleteWaitingBesideAnotherIsKept(t *testing.T) {
+	now := time.Date(2031, 3, 14, 15, 0, 0, 0, time.UTC)
+	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
+	ctx := context.Background()
+	a := newFakeAgent(t, "")
+	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-res", Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-res/1"}, "test", now))
+	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-stop", Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxStopping, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, "test", now))
+	now = now.Add(90 * time.Second)
+	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now, Sandboxes: []berth.HeldSandbox{{ID: "sb-stop"}}}, now) // its delete does not take
+	must(t, err)
+	full := make(chan struct{})
+	for i := range maxStopRounds {
+		h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
+	}
+	h.s.settleCheckpoints(ctx) // the resume's delete waits…
+	h.s.settleStopping(ctx)    // …and the stopping row's joins it
+	close(full)
+	waitUntil(t, "both deletes sent, the resume paused again", func() (bool, string) {
+		sb, _ := h.st.Sandbox(ctx, "sb-res")
+		return sb.State == berth.SandboxPaused && a.deletes.Load() == 2, fmt.Sprintf("%s, %d deletes", sb.State, a.deletes.Load())
+	})
 }

@@ -40,7 +40,7 @@ func (s *Server) settleStop(ctx context.Context, sb berth.Sandbox) {
 			return // no heartbeat since the delete began: nothing to judge by
 		}
 		if s.agentHolds(ctx, sb.AgentID, sb.ID) {
-			s.sweepDelete(ctx, sb.AgentID, sb.ID, berth.SandboxStopping, nil) // finish the delete; a later round records it
+			s.sweepDelete(ctx, sb, nil) // finish the delete; a later round records it
 			return
 		}
 		why = "delete abandoned: no replica finished it and agent/" + sb.AgentID + " no longer lists it"

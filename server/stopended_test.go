@@ -107,7 +107,7 @@ func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	must(t, err)
 	now = now.Add(s.cfg.HeldSweepEvery - time.Second)
 	inFlight := make(chan struct{})
-	s.stopRounds.run("a1", func() { <-inFlight }, nil) // a round in flight
+	s.stopRounds.run("a1", "other", func() { <-inFlight }, nil) // a round in flight
 	skipped := whole
 	skipped.BootID = "b2"
 	s.stopEnded(skipped)
