@@ -134,14 +134,16 @@ type SandboxStore interface {
 	// index's first entries however many sandboxes run (API-3's estimate: when room returns
 	// by TTL). A limit of 0 or less returns none.
 	ExpiringFirst(ctx context.Context, from Expiry, limit int) ([]Expiry, error)
-	// EndedSandboxes returns the ids among ids whose sandbox is terminal, or that the store
-	// does not know: an agent that holds one of them should stop it (AGT-6).
-	EndedSandboxes(ctx context.Context, ids []string) ([]string, error)
+	// EndedSandboxes checks held, copies of sandboxes agentID holds, against the store
+	// (AGT-6): those whose sandbox is terminal or unknown are Ended; those whose sandbox is
+	// live but placed on another agent or on none (paused) are Stale. A long list is read in
+	// parts.
+	EndedSandboxes(ctx context.Context, agentID string, held []HeldCopy) (HeldCheck, error)
 	// HeldEnded is EndedSandboxes over what agentID's held list in the store names, not
-	// starting, in one read (AGT-6's sweep, issue 16 goal 2): held is every such id, ended
-	// those among them whose sandbox is terminal or unknown; both ordered by id. An agent
-	// the store does not know holds nothing.
-	HeldEnded(ctx context.Context, agentID string) (held, ended []string, err error)
+	// starting, in one read (AGT-6's sweep, issue 16 goal 2): held is every such id, ordered
+	// by id, and the check of them, with the incarnations that list holds. An agent the
+	// store does not know holds nothing.
+	HeldEnded(ctx context.Context, agentID string) (held []string, c HeldCheck, err error)
 	// TransitionSandbox moves sandbox id to state to with an event, only if its current state
 	// is one of from (any non-terminal state when from is empty). It reports whether the
 	// transition happened. Entering a terminal state also releases the sandbox's reservations

@@ -228,6 +228,9 @@ type guest struct {
 	checkpointing bool
 	// deleting is set while a delete stops it: likewise not an exit.
 	deleting bool
+	// incarnation is this copy's number (berth.HeldSandbox.Incarnation): set when it is
+	// booked, moved on when a create re-confirms it (reconfirmLocked).
+	incarnation int64
 }
 
 // Agent is one host agent. Create it with New, then Run it.
@@ -262,6 +265,7 @@ type Agent struct {
 	kick                      chan struct{} // asks the heartbeat loop to send now
 	heartbeatSeq              int64         // the Seq of this boot's latest heartbeat (C32)
 	hbBase                    heartbeatBase // what the server acknowledged holding: deltas go against it (issue 16, goal 2)
+	incarnations              int64         // the latest incarnation given a copy (nextIncarnationLocked)
 
 	ln   net.Listener
 	addr string

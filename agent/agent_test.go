@@ -274,7 +274,7 @@ func TestDeleteDuringStart(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- create(a, "s1", 512) }()
 	<-started
-	want := []berth.HeldSandbox{{ID: "s1", Starting: true}}
+	want := []berth.HeldSandbox{{ID: "s1", Starting: true, Incarnation: 1}}
 	if hb := a.Heartbeat(time.Now()); !cmp.Equal(hb.Sandboxes, want) || hb.MemoryMiBAdmittable != 1536 {
 		t.Fatalf("while starting: listed %v, admittable %d; want listed as starting and charged", hb.Sandboxes, hb.MemoryMiBAdmittable)
 	}

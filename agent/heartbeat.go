@@ -53,7 +53,7 @@ func (a *Agent) Heartbeat(now time.Time) berth.Heartbeat {
 		// same heartbeat that starts counting it (LED-4: never counted twice for longer).
 		// A guest still starting says so: the store must not call it running yet.
 		hb.Sandboxes = append(hb.Sandboxes, berth.HeldSandbox{ID: id, ResidentMiB: g.resident,
-			Measured: g.measured, Starting: !g.started, OOMKills: g.oomKills})
+			Measured: g.measured, Starting: !g.started, OOMKills: g.oomKills, Incarnation: g.incarnation})
 	}
 	return hb
 }
@@ -160,7 +160,7 @@ func (b *heartbeatBase) next(full berth.Heartbeat) berth.Heartbeat {
 // changed reports whether h differs from what the server holds, old, enough to send: any flag
 // or OOM count, or the working set by residentSlackMiB or 1/16 of old's.
 func changed(old, h berth.HeldSandbox) bool {
-	if old.Measured != h.Measured || old.Starting != h.Starting || old.OOMKills != h.OOMKills {
+	if old.Measured != h.Measured || old.Starting != h.Starting || old.OOMKills != h.OOMKills || old.Incarnation != h.Incarnation {
 		return true
 	}
 	d := h.ResidentMiB - old.ResidentMiB

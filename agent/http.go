@@ -32,7 +32,8 @@ const (
 // compared in constant time (AGT-5, authenticate):
 //
 //	POST   /internal/sandboxes                 berth.AgentCreate → 201
-//	DELETE /internal/sandboxes/{id}            → 204 (idempotent)
+//	DELETE /internal/sandboxes/{id}            → 204 (idempotent); ?incarnation=N stops
+//	                                           only that copy (409 conflict for another, AGT-6)
 //	POST   /internal/sandboxes/{id}/exec       berth.ExecRequest → 200 berth.ExecResult
 //	PUT    /internal/sandboxes/{id}/files?path → 204;  GET → 200 raw bytes
 //	POST   /internal/drain?reason=, /internal/undrain → 202 / 200 (400 invalid_request for a
@@ -143,8 +144,20 @@ func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
+// handleDelete is DELETE /internal/sandboxes/{id}[?incarnation=N]: 204 once stopped (or
+// when there is nothing to stop); with incarnation, 409 conflict for a copy that is another
+// incarnation (DeleteIncarnation), 400 invalid_request for one that is not a positive integer.
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
-	if err := a.Delete(r.Context(), r.PathValue("id")); err != nil {
+	var inc int64
+	if q := r.URL.Query(); q.Has("incarnation") {
+		n, err := strconv.ParseInt(q.Get("incarnation"), 10, 64)
+		if err != nil || n <= 0 {
+			a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "incarnation must be a positive integer"))
+			return
+		}
+		inc = n
+	}
+	if err := a.DeleteIncarnation(r.Context(), r.PathValue("id"), inc); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

@@ -45,10 +45,10 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		return err
 	}
 	a.mu.Lock()
-	_, held := a.guests[c.ID]
+	held, err := a.reconfirmLocked(c.ID)
 	a.mu.Unlock()
 	if held {
-		return nil
+		return err
 	}
 	// A warm guest serves it at once, without a start slot (issue 16, goal 5).
 	if a.takeWarm(c) {
@@ -75,9 +75,9 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		a.mu.Unlock()
 		return berth.Errorf(berth.ENoCapacity, "agent %s: memory pressure closed intake (ADM-8)", a.cfg.ID)
 	}
-	if _, held := a.guests[c.ID]; held {
+	if held, err := a.reconfirmLocked(c.ID); held {
 		a.mu.Unlock()
-		return nil
+		return err
 	}
 	adm := a.admittableLocked()
 	if !admission.Fits(adm, 0, charge) {
@@ -89,7 +89,7 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	// it takes, stopping warm guests before its own start.
 	victims := a.makeRoomFromPoolLocked(charge)
 	admitted := time.Now()
-	g := &guest{spec: c, admittedAt: admitted, expires: ttlEnd(c, admitted)}
+	g := &guest{spec: c, admittedAt: admitted, expires: ttlEnd(c, admitted), incarnation: a.nextIncarnationLocked()}
 	a.guests[c.ID] = g
 	a.mu.Unlock()
 	if len(victims) > 0 {
@@ -172,9 +172,25 @@ func ttlEnd(c berth.AgentCreate, admitted time.Time) time.Time {
 const maxTTLMS = int64(10 * 365 * 24 * time.Hour / time.Millisecond)
 
 // Delete stops a sandbox and forgets it. It is idempotent: an unknown id is not an error.
-func (a *Agent) Delete(ctx context.Context, id string) error {
+func (a *Agent) Delete(ctx context.Context, id string) error { return a.DeleteIncarnation(ctx, id, 0) }
+
+// DeleteIncarnation is Delete of one copy only (AGT-6): with inc > 0 it stops sandbox id only
+// while the copy here is incarnation inc (berth.HeldSandbox.Incarnation), the copy a server
+// found stale. A copy booked or re-confirmed by a create since is not stopped: conflict. No
+// copy here is not an error, and nothing is stopped. inc 0 is any copy, as Delete.
+func (a *Agent) DeleteIncarnation(ctx context.Context, id string, inc int64) error {
 	a.mu.Lock()
-	if g, ok := a.guests[id]; ok {
+	g, ok := a.guests[id]
+	switch {
+	case inc > 0 && !ok:
+		a.mu.Unlock()
+		return nil
+	case inc > 0 && g.incarnation != inc:
+		cur := g.incarnation
+		a.mu.Unlock()
+		return berth.Errorf(berth.EConflict, "sandbox %s on agent %s is incarnation %d, not %d: placed here again since, so it is not stopped",
+			id, a.cfg.ID, cur, inc)
+	case ok:
 		// Its exit from here on is this delete's, not a crash: the measure loop must not
 		// report it failed while the runtime stops it (gVisor takes ~60 ms).
 		g.deleting = true
@@ -187,6 +203,30 @@ func (a *Agent) Delete(ctx context.Context, id string) error {
 	delete(a.guests, id)
 	a.mu.Unlock()
 	return nil
+}
+
+// nextIncarnationLocked numbers a copy being booked or re-confirmed: from 1, never reused
+// in this agent's life.
+func (a *Agent) nextIncarnationLocked() int64 {
+	a.incarnations++
+	return a.incarnations
+}
+
+// reconfirmLocked is a create for id when the agent may hold it already (the scheduler
+// retried, or a resume landed on a copy left here): held reports whether it does. A held
+// copy is re-confirmed, with a new incarnation, so a server's stop of it as stale, sent
+// before this create and still on its way, spares it (DeleteIncarnation). A copy being
+// deleted cannot be: conflict, and the create goes to another host.
+func (a *Agent) reconfirmLocked(id string) (held bool, err error) {
+	g, ok := a.guests[id]
+	switch {
+	case !ok:
+		return false, nil
+	case g.deleting:
+		return true, berth.Errorf(berth.EConflict, "sandbox %s is being stopped on agent %s", id, a.cfg.ID)
+	}
+	g.incarnation = a.nextIncarnationLocked()
+	return true, nil
 }
 
 // held reports whether the agent holds a started sandbox id, or a sandbox_not_found error.

@@ -133,7 +133,7 @@ func (a *Agent) takeWarm(c berth.AgentCreate) bool {
 	now := time.Now()
 	a.warm.ids.set(c.ID, w.rtID)
 	a.guests[c.ID] = &guest{spec: c, admittedAt: now, expires: ttlEnd(c, now), started: true,
-		resident: w.resident, measured: w.measured}
+		resident: w.resident, measured: w.measured, incarnation: a.nextIncarnationLocked()}
 	a.warm.hits[c.Template]++
 	a.wakeWarm()
 	a.log.Info("sandbox started from the warm pool", "sandbox", c.ID, "warm_guest", w.rtID, "template", c.Template, "memory_mb", c.MemoryMiB)

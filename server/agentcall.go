@@ -114,6 +114,18 @@ func (c *agentCaller) delete(ctx context.Context, at agentAt, id string) error {
 	return err
 }
 
+// deleteStale stops the agent's copy of sandbox id only while it is incarnation inc (AGT-6,
+// berth.HeldSandbox.Incarnation): DELETE …?incarnation=N. The agent answers 409 conflict for
+// a copy booked or re-confirmed there since, which is returned as such: that copy is not
+// stale, and stays.
+func (c *agentCaller) deleteStale(ctx context.Context, at agentAt, id string, inc int64) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	q := url.Values{"incarnation": {strconv.FormatInt(inc, 10)}}
+	_, err := c.do(ctx, http.MethodDelete, at, "/internal/sandboxes/"+url.PathEscape(id), q, nil, http.StatusNoContent)
+	return err
+}
+
 // exec runs req in sandbox id on its agent. A 200 whose body is not an exec result
 // (berth.ParseExecResult: null, {}, an exit_code that is a string…) is errUnreachable, so
 // execLost makes it outcome_unknown: the exec was sent and may have run, and such a body read

@@ -289,12 +289,12 @@ func (l *liveHeld) has(boot, id string) bool {
 // a new sandbox the store does not know is stopped at once, and one the store ended while the
 // agent kept it within HeldSweepEvery and an interval.
 func (s *Server) stopEnded(hb berth.Heartbeat) {
-	var held []string
+	var held []berth.HeldCopy
 	live, _ := s.stopLive.Load(hb.AgentID)
 	known, _ := live.(*liveHeld)
 	for _, h := range hb.Sandboxes {
 		if !h.Starting && (!hb.Delta || !known.has(hb.BootID, h.ID)) {
-			held = append(held, h.ID)
+			held = append(held, berth.HeldCopy{ID: h.ID, Incarnation: h.Incarnation})
 		}
 	}
 	now := s.cfg.Clock()
@@ -325,29 +325,66 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 }
 
 // stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything
-// the store says it holds) is checked against the store, and each ended sandbox is stopped.
-// What it finds live is remembered for the agent's boot: in place of what was remembered when
-// the round checked everything the agent holds (whole), added to it otherwise. It runs as
-// one of the agent's calls (agentCalls.run).
-func (s *Server) stopRound(hb berth.Heartbeat, held []string, whole bool) {
+// the store says it holds) is checked against the store, and each ended sandbox is stopped,
+// and each stale copy (its sandbox placed on another agent or on none) while it is the
+// incarnation checked. What it finds live and the agent's own is remembered for the agent's
+// boot: in place of what was remembered when the round checked everything the agent holds
+// (whole), added to it otherwise. It runs as one of the agent's calls (agentCalls.run).
+func (s *Server) stopRound(hb berth.Heartbeat, held []berth.HeldCopy, whole bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var ended []string
+	var checked []string
+	var c berth.HeldCheck
 	var err error
 	if whole && hb.Delta { // a sweep: what the store says the agent holds, in one read
-		held, ended, err = s.store.HeldEnded(ctx, hb.AgentID)
+		checked, c, err = s.store.HeldEnded(ctx, hb.AgentID)
 	} else {
-		ended, err = s.store.EndedSandboxes(ctx, held)
+		checked = make([]string, len(held))
+		for i, h := range held {
+			checked[i] = h.ID
+		}
+		c, err = s.store.EndedSandboxes(ctx, hb.AgentID, held)
 	}
 	if err != nil {
 		return
 	}
-	s.rememberLive(hb.AgentID, hb.BootID, held, ended, whole)
-	for _, id := range ended {
+	notOurs := slices.Clone(c.Ended)
+	for _, cp := range c.Stale {
+		notOurs = append(notOurs, cp.ID)
+	}
+	s.rememberLive(hb.AgentID, hb.BootID, checked, notOurs, whole)
+	at := agentAt{hb.AgentID, hb.Address}
+	for _, id := range c.Ended {
 		s.log.Warn("stopping a sandbox the store has ended (AGT-6)", "sandbox", id, "agent", hb.AgentID)
-		if err := s.agents.delete(ctx, agentAt{hb.AgentID, hb.Address}, id); err != nil {
+		if err := s.agents.delete(ctx, at, id); err != nil {
 			s.log.Warn("could not stop it; a later heartbeat retries", "sandbox", id, "agent", hb.AgentID, "err", err)
 		}
+	}
+	for _, cp := range c.Stale {
+		s.stopStale(ctx, at, cp)
+	}
+}
+
+// stopStale stops agent at's stale copy cp (AGT-6): its sandbox is live, but the store places
+// it on another agent or on none (paused), so the copy is left over from a create or a
+// checkpoint whose answer was lost, and runs the tenant's code a second time. The agent stops
+// it only while it is incarnation cp.Incarnation: a copy placed there again since (a resume
+// that landed on it) is spared with 409 conflict. A copy from an agent that does not number
+// them (0) is not stopped: its delete could not spare one placed there again.
+func (s *Server) stopStale(ctx context.Context, at agentAt, cp berth.HeldCopy) {
+	if cp.Incarnation <= 0 {
+		s.log.Warn("a sandbox placed elsewhere runs here too; this agent does not number its copies, so it is left to its TTL (AGT-6)",
+			"sandbox", cp.ID, "agent", at.ID)
+		return
+	}
+	s.log.Warn("stopping a copy of a sandbox the store places elsewhere (AGT-6)", "sandbox", cp.ID, "agent", at.ID,
+		"incarnation", cp.Incarnation)
+	err := s.agents.deleteStale(ctx, at, cp.ID, cp.Incarnation)
+	switch {
+	case berth.ErrorCode(err) == berth.EConflict:
+		s.log.Info("not stopped: placed on that agent again since", "sandbox", cp.ID, "agent", at.ID)
+	case err != nil:
+		s.log.Warn("could not stop it; a later heartbeat retries", "sandbox", cp.ID, "agent", at.ID, "err", err)
 	}
 }
 
@@ -449,8 +486,9 @@ func heartbeatFigures(hb berth.Heartbeat) error {
 		return berth.Errorf(berth.EInvalidRequest, "starts_in_flight and measurement_errors are counts: 0 or more")
 	}
 	for _, h := range hb.Sandboxes {
-		if !inRange(h.ResidentMiB, maxHostMemoryMiB) || h.OOMKills < 0 {
-			return berth.Errorf(berth.EInvalidRequest, "held sandbox %s: resident_mb must be 0–%d MiB and oom_kills 0 or more", h.ID, int64(maxHostMemoryMiB))
+		if !inRange(h.ResidentMiB, maxHostMemoryMiB) || h.OOMKills < 0 || h.Incarnation < 0 {
+			return berth.Errorf(berth.EInvalidRequest, "held sandbox %s: resident_mb must be 0–%d MiB, and oom_kills and incarnation 0 or more",
+				h.ID, int64(maxHostMemoryMiB))
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,15 @@ type fakeAgent struct {
 	deletes     atomic.Int64
 	created     chan struct{} // a token for each create call received (never blocks the call)
 	mu          sync.Mutex
-	asked       []int64 // memory_mb of each create, in order
+	asked       []int64  // memory_mb of each create, in order
+	deleted     []string // the path and query of each delete, in order
+}
+
+// deletesAsked returns the path and query of each delete received, in order.
+func (f *fakeAgent) deletesAsked() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.deleted)
 }
 
 // sizes returns the memory_mb each create asked for, in order.
@@ -85,6 +94,9 @@ func newSlowFakeAgent(t *testing.T, refuse string, delay time.Duration) *fakeAge
 			}
 			w.WriteHeader(http.StatusCreated)
 		case r.Method == http.MethodDelete:
+			f.mu.Lock()
+			f.deleted = append(f.deleted, r.URL.RequestURI())
+			f.mu.Unlock()
 			f.deletes.Add(1)
 			w.WriteHeader(http.StatusNoContent)
 		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/files"),

@@ -20,14 +20,18 @@ type endedCalls struct {
 	calls [][]string
 }
 
-func (e *endedCalls) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
+func (e *endedCalls) EndedSandboxes(ctx context.Context, agentID string, held []berth.HeldCopy) (berth.HeldCheck, error) {
+	ids := make([]string, len(held))
+	for i, h := range held {
+		ids[i] = h.ID
+	}
 	e.mu.Lock()
-	e.calls = append(e.calls, slices.Clone(ids))
+	e.calls = append(e.calls, ids)
 	e.mu.Unlock()
-	return e.Store.EndedSandboxes(ctx, ids)
+	return e.Store.EndedSandboxes(ctx, agentID, held)
 }
 
-func (e *endedCalls) HeldEnded(ctx context.Context, agentID string) ([]string, []string, error) {
+func (e *endedCalls) HeldEnded(ctx context.Context, agentID string) ([]string, berth.HeldCheck, error) {
 	e.mu.Lock()
 	e.calls = append(e.calls, []string{"all held by " + agentID})
 	e.mu.Unlock()
@@ -162,4 +166,57 @@ func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
 	if has("gone-again") {
 		t.Fatal("after the clock was set back a day, forgetStopRounds did not look again")
 	}
+}
+
+// TestAGT6_StaleCopiesAreStoppedByIncarnation: an agent listing a copy of a sandbox the store
+// places on another agent ("moved": a create retried elsewhere after this agent's answer was
+// lost) or on none ("paused": a checkpoint whose answer was lost, the guest restored here)
+// is told to stop that copy, naming the incarnation it listed, both from a heartbeat's list
+// and from the sweep of the store's held list; its own sandboxes are left alone, and so is a
+// copy from an agent that does not number them (0: its delete could not spare a copy placed
+// there again). A stale copy is not remembered as live, so it is checked again until it goes.
+// Before, only terminal and unknown sandboxes were stopped: both copies ran on for good.
+func TestAGT6_StaleCopiesAreStoppedByIncarnation(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	cfg := DefaultConfig()
+	cfg.NodeToken, cfg.Clock = "node-token", func() time.Time { return now }
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(cfg, st)
+	agent := newFakeAgent(t, "")
+	for id, where := range map[string]struct {
+		agent string
+		state berth.SandboxState
+	}{"mine": {"a1", berth.SandboxRunning}, "moved": {"a2", berth.SandboxRunning}, "paused": {"", berth.SandboxPaused},
+		"unnumbered": {"a2", berth.SandboxRunning}} {
+		must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: where.agent,
+			State: where.state, MemoryMiB: 256, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, "test", now))
+	}
+	whole := berth.Heartbeat{AgentID: "a1", Address: agent.srv.URL, Status: berth.AgentActive, BootID: "b1", Seq: 1,
+		Sandboxes: []berth.HeldSandbox{{ID: "mine", Incarnation: 1}, {ID: "moved", Incarnation: 4},
+			{ID: "paused", Incarnation: 5}, {ID: "unnumbered"}}}
+	_, err = st.ApplyHeartbeat(ctx, whole, now) // the store's agent_held, which the sweep reads
+	must(t, err)
+	round := func(what string, hb berth.Heartbeat, want ...string) {
+		t.Helper()
+		before := len(agent.deletesAsked())
+		s.stopEnded(hb)
+		waitUntil(t, what+": the round", func() (bool, string) { return !s.stopRounds.busy("a1"), "" })
+		got := agent.deletesAsked()[before:]
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: deletes %q; want %q", what, got, want)
+		}
+	}
+	stale := []string{"/internal/sandboxes/moved?incarnation=4", "/internal/sandboxes/paused?incarnation=5"}
+	round("the whole list", whole, stale...)
+	delta := whole
+	delta.Seq, delta.Delta, delta.BaseSeq = 2, true, 1
+	delta.Sandboxes = []berth.HeldSandbox{{ID: "mine", Incarnation: 1, ResidentMiB: 50}, {ID: "paused", Incarnation: 5, ResidentMiB: 50}}
+	round("a delta listing a stale copy again", delta, "/internal/sandboxes/paused?incarnation=5")
+	now = now.Add(s.cfg.HeldSweepEvery)
+	delta.Seq, delta.BaseSeq, delta.Sandboxes = 3, 2, nil
+	round("the sweep of the store's held list", delta, stale...)
 }

@@ -200,6 +200,50 @@ func TestAGT6_AgentStopsWhatTheStoreEnded(t *testing.T) {
 	})
 }
 
+// TestAGT6_AgentStopsACopyTheStorePlacesNowhere: a sandbox the store records paused (a
+// checkpoint whose answer was lost, its image stored) while its agent still runs it — the
+// agent restored it after an upload it saw fail — is stopped on that agent by its incarnation,
+// end to end through a real agent's heartbeats, and its record stays paused. Before, the copy
+// ran on beside the paused record, and a resume elsewhere ran the tenant's code twice.
+func TestAGT6_AgentStopsACopyTheStorePlacesNowhere(t *testing.T) {
+	st := bootDev(t, func(c *devConfig) {
+		c.serverHook = func(s *server.Config) { s.HeldSweepEvery = 2 * time.Second }
+	})
+	ctx := context.Background()
+	c := adminClient(st)
+	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the agent to list the sandbox with its incarnation", func() (bool, string) {
+		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
+			if h.ID == sb.ID && !h.Starting && h.Incarnation > 0 {
+				return true, ""
+			}
+		}
+		return false, "not listed"
+	})
+	now := time.Now()
+	moved, err := st.Store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxRunning},
+		berth.SandboxMove{To: berth.SandboxPaused, ExpiresAt: sb.ExpiresAt, PausedAt: now, Image: sb.ID + "/1"},
+		"checkpointed (its answer was lost; the image is stored) (test)", "test", now)
+	if err != nil || !moved {
+		t.Fatalf("record paused: %v, %v", moved, err)
+	}
+	waitFor(t, 90*time.Second, "the agent to stop its copy", func() (bool, string) {
+		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
+			if h.ID == sb.ID {
+				return false, "still held"
+			}
+		}
+		return true, ""
+	})
+	got, err := c.Sandbox(ctx, sb.ID)
+	if err != nil || got.State != berth.SandboxPaused {
+		t.Fatalf("after its stale copy stopped: %+v, %v; want still paused", got, err)
+	}
+}
+
 // TestCase_C11_C12_DrainCompletion: a drain is complete only when every sandbox on the host
 // is terminal (C11); past its deadline the status names what blocks it instead of waiting
 // forever (C12).

@@ -33,8 +33,8 @@ func testPauseStatesAreLive(t *testing.T, s berth.Store) {
 		mustCreate(t, s, sandbox(string(st), "acme", "a1", st), T0)
 		ids = append(ids, string(st))
 	}
-	if got, err := s.EndedSandboxes(ctx, ids); err != nil || len(got) != 0 {
-		t.Errorf("EndedSandboxes(%v) = %v, %v; want none", ids, got, err)
+	if got, err := s.EndedSandboxes(ctx, "a1", copies(ids...)); err != nil || len(got.Ended) != 0 {
+		t.Errorf("EndedSandboxes(%v) = %+v, %v; want none ended", ids, got, err)
 	}
 	if n, mem, err := s.TenantUsage(ctx, "acme"); err != nil || n != len(states) || mem != int64(512*len(states)) {
 		t.Errorf("TenantUsage = %d, %d, %v; want %d sandboxes, %d MiB", n, mem, err, len(states), 512*len(states))

@@ -392,49 +392,87 @@ func liveAndGone(t *testing.T, s berth.Store) {
 	mustTransition(t, s, "gone", berth.SandboxLost, "lease expired", at(time.Second))
 }
 
-// testEndedSandboxes: among the ids an agent holds, the terminal and the unknown ones are
-// what it should stop (AGT-6); live ones are not.
+// copies names copies of ids as an agent that does not number them lists them.
+func copies(ids ...string) []berth.HeldCopy {
+	out := make([]berth.HeldCopy, len(ids))
+	for i, id := range ids {
+		out[i] = berth.HeldCopy{ID: id}
+	}
+	return out
+}
+
+// staleAndElsewhere adds sandboxes placed elsewhere: "moved" runs on a2, "paused" on no host,
+// "resuming" is being restored on a2, and "pausing" is being checkpointed on a1 (still a1's).
+func staleAndElsewhere(t *testing.T, s berth.Store) {
+	t.Helper()
+	mustCreate(t, s, sandbox("moved", "acme", "a2", berth.SandboxRunning), T0)
+	mustCreate(t, s, sandbox("paused", "acme", "", berth.SandboxPaused), T0)
+	mustCreate(t, s, sandbox("resuming", "acme", "a2", berth.SandboxResuming), T0)
+	mustCreate(t, s, sandbox("pausing", "acme", "a1", berth.SandboxPausing), T0)
+}
+
+// testEndedSandboxes: among the copies an agent holds, the terminal and the unknown ones are
+// what it should stop (AGT-6), and so are, by incarnation, the live ones the store places on
+// another agent or on none; its own live ones are neither.
 func testEndedSandboxes(t *testing.T, s berth.Store) {
 	ctx := t.Context()
 	liveAndGone(t, s)
+	staleAndElsewhere(t, s)
 	mustCreate(t, s, sandbox("starting", "acme", "a1", berth.SandboxStarting), T0)
-	got, err := s.EndedSandboxes(ctx, []string{"live", "gone", "starting", "never-heard-of"})
+	held := []berth.HeldCopy{{ID: "live", Incarnation: 1}, {ID: "paused", Incarnation: 7}, {ID: "gone", Incarnation: 2},
+		{ID: "starting"}, {ID: "moved", Incarnation: 3}, {ID: "never-heard-of"}, {ID: "resuming"}, {ID: "pausing", Incarnation: 9}}
+	got, err := s.EndedSandboxes(ctx, "a1", held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"gone", "never-heard-of"}, got); diff != "" {
+	want := berth.HeldCheck{Ended: []string{"gone", "never-heard-of"},
+		Stale: []berth.HeldCopy{{ID: "paused", Incarnation: 7}, {ID: "moved", Incarnation: 3}, {ID: "resuming"}}}
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("EndedSandboxes (-want +got):\n%s", diff)
 	}
-	if got, err := s.EndedSandboxes(ctx, nil); err != nil || len(got) != 0 {
-		t.Fatalf("EndedSandboxes(nil) = %v, %v", got, err)
+	if got, err := s.EndedSandboxes(ctx, "a1", nil); err != nil || len(got.Ended)+len(got.Stale) != 0 {
+		t.Fatalf("EndedSandboxes(nil) = %+v, %v", got, err)
+	}
+	// The same copies, held by a2: "moved" and "resuming" are its own, "live" and "pausing" are a1's.
+	got, err = s.EndedSandboxes(ctx, "a2", held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Stale = []berth.HeldCopy{{ID: "live", Incarnation: 1}, {ID: "paused", Incarnation: 7}, {ID: "starting"}, {ID: "pausing", Incarnation: 9}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("EndedSandboxes of a2 (-want +got):\n%s", diff)
 	}
 }
 
 // testHeldEnded: the sweep's read (AGT-6) answers what the agent's held list names, not
-// starting, and which of those the store ended or never knew; another agent's list and an
-// unknown agent's are not mixed in.
+// starting, which of those the store ended or never knew, and which it places elsewhere, with
+// the incarnation the list holds; another agent's list and an unknown agent's are not mixed in.
 func testHeldEnded(t *testing.T, s berth.Store) {
 	ctx := t.Context()
 	liveAndGone(t, s)
+	staleAndElsewhere(t, s)
 	mustCreate(t, s, sandbox("other", "acme", "a2", berth.SandboxRunning), T0)
 	hb := heartbeat("a1", 2048)
-	hb.Sandboxes = []berth.HeldSandbox{{ID: "live"}, {ID: "gone"}, {ID: "never-heard-of"}, {ID: "new", Starting: true}}
+	hb.Sandboxes = []berth.HeldSandbox{{ID: "live", Incarnation: 1}, {ID: "gone"}, {ID: "never-heard-of"},
+		{ID: "new", Starting: true}, {ID: "moved", Incarnation: 4}, {ID: "paused", Incarnation: 5}, {ID: "pausing", Incarnation: 6}}
 	mustHeartbeat(t, s, hb, at(2*time.Second))
 	hb = heartbeat("a2", 2048)
 	hb.Sandboxes = []berth.HeldSandbox{{ID: "other"}, {ID: "a2-unknown"}}
 	mustHeartbeat(t, s, hb, at(2*time.Second))
-	held, ended, err := s.HeldEnded(ctx, "a1")
+	held, got, err := s.HeldEnded(ctx, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"gone", "live", "never-heard-of"}, held); diff != "" {
+	if diff := cmp.Diff([]string{"gone", "live", "moved", "never-heard-of", "paused", "pausing"}, held); diff != "" {
 		t.Errorf("HeldEnded held (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"gone", "never-heard-of"}, ended); diff != "" {
-		t.Errorf("HeldEnded ended (-want +got):\n%s", diff)
+	want := berth.HeldCheck{Ended: []string{"gone", "never-heard-of"},
+		Stale: []berth.HeldCopy{{ID: "moved", Incarnation: 4}, {ID: "paused", Incarnation: 5}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("HeldEnded (-want +got):\n%s", diff)
 	}
-	if held, ended, err := s.HeldEnded(ctx, "nobody"); err != nil || len(held)+len(ended) != 0 {
-		t.Errorf("HeldEnded of an unknown agent = %v, %v, %v; want nothing", held, ended, err)
+	if held, got, err := s.HeldEnded(ctx, "nobody"); err != nil || len(held)+len(got.Ended)+len(got.Stale) != 0 {
+		t.Errorf("HeldEnded of an unknown agent = %v, %+v, %v; want nothing", held, got, err)
 	}
 }
 
@@ -454,12 +492,12 @@ func testEndedSandboxesLongList(t *testing.T, s berth.Store) {
 			want = append(want, id)
 		}
 	}
-	got, err := s.EndedSandboxes(t.Context(), ids)
+	got, err := s.EndedSandboxes(t.Context(), "a1", copies(ids...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("EndedSandboxes of 1300 ids (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, got.Ended); diff != "" || len(got.Stale) != 0 {
+		t.Fatalf("EndedSandboxes of 1300 ids (-want +got):\n%s\nstale: %v", diff, got.Stale)
 	}
 }
 

@@ -105,7 +105,7 @@ func (s *Store) fillHeld(ctx context.Context, agents []berth.Agent) error {
 		at[agents[i].AgentID] = i
 		agents[i].Sandboxes = []berth.HeldSandbox{} // a list a replica of the previous release wrote is not read
 	}
-	query, args := `SELECT agent_id, sandbox_id, resident_mb, measured, starting, oom_kills FROM agent_held`, []any(nil)
+	query, args := `SELECT agent_id, sandbox_id, resident_mb, measured, starting, oom_kills, incarnation FROM agent_held`, []any(nil)
 	if len(agents) == 1 {
 		query, args = query+` WHERE agent_id = ?`, []any{agents[0].AgentID}
 	}
@@ -117,7 +117,7 @@ func (s *Store) fillHeld(ctx context.Context, agents []berth.Agent) error {
 	for rows.Next() {
 		var agent string
 		var h berth.HeldSandbox
-		if err := rows.Scan(&agent, &h.ID, &h.ResidentMiB, &h.Measured, &h.Starting, &h.OOMKills); err != nil {
+		if err := rows.Scan(&agent, &h.ID, &h.ResidentMiB, &h.Measured, &h.Starting, &h.OOMKills, &h.Incarnation); err != nil {
 			return s.errorf("held sandboxes: %w", err)
 		}
 		if i, ok := at[agent]; ok {

@@ -278,14 +278,15 @@ func (s *Store) queueHeld(b *batch, agent string, gone []string, put []berth.Hel
 	}
 	for start := 0; start < len(rows); start += heldBatch {
 		chunk := rows[start:min(start+heldBatch, len(rows))]
-		args := make([]any, 0, 6*len(chunk))
+		args := make([]any, 0, 7*len(chunk))
 		for _, h := range chunk {
-			args = append(args, agent, h.ID, h.ResidentMiB, h.Measured, h.Starting, h.OOMKills)
+			args = append(args, agent, h.ID, h.ResidentMiB, h.Measured, h.Starting, h.OOMKills, h.Incarnation)
 		}
-		b.queue(`INSERT INTO agent_held (agent_id, sandbox_id, resident_mb, measured, starting, oom_kills) VALUES `+
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")+
+		b.queue(`INSERT INTO agent_held (agent_id, sandbox_id, resident_mb, measured, starting, oom_kills, incarnation) VALUES `+
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(chunk)), ", ")+
 			` ON CONFLICT (agent_id, sandbox_id) DO UPDATE SET resident_mb = excluded.resident_mb,
-				measured = excluded.measured, starting = excluded.starting, oom_kills = excluded.oom_kills`, args...)
+				measured = excluded.measured, starting = excluded.starting, oom_kills = excluded.oom_kills,
+				incarnation = excluded.incarnation`, args...)
 	}
 }
 
@@ -293,7 +294,7 @@ func (s *Store) queueHeld(b *batch, agent string, gone []string, put []berth.Hel
 func (s *Store) heldRows(ctx context.Context, q interface {
 	query(ctx context.Context, query string, args ...any) (Rows, error)
 }, agent string, ids []string) ([]berth.HeldSandbox, error) {
-	query := `SELECT sandbox_id, resident_mb, measured, starting, oom_kills FROM agent_held WHERE agent_id = ?`
+	query := `SELECT sandbox_id, resident_mb, measured, starting, oom_kills, incarnation FROM agent_held WHERE agent_id = ?`
 	args := []any{agent}
 	if ids != nil {
 		cond, more := s.in("sandbox_id", ids)
@@ -307,14 +308,14 @@ func (s *Store) heldRows(ctx context.Context, q interface {
 	return s.scanHeld(rows, agent)
 }
 
-// scanHeld reads agent_held rows (sandbox_id, resident_mb, measured, starting, oom_kills) of
-// agent, and closes rows.
+// scanHeld reads agent_held rows (sandbox_id, resident_mb, measured, starting, oom_kills,
+// incarnation) of agent, and closes rows.
 func (s *Store) scanHeld(rows Rows, agent string) ([]berth.HeldSandbox, error) {
 	defer rows.Close()
 	out := []berth.HeldSandbox{}
 	for rows.Next() {
 		var h berth.HeldSandbox
-		if err := rows.Scan(&h.ID, &h.ResidentMiB, &h.Measured, &h.Starting, &h.OOMKills); err != nil {
+		if err := rows.Scan(&h.ID, &h.ResidentMiB, &h.Measured, &h.Starting, &h.OOMKills, &h.Incarnation); err != nil {
 			return nil, s.errorf("held sandboxes of %q: %w", agent, err)
 		}
 		out = append(out, h)

@@ -480,51 +480,67 @@ func (s *Store) ExpiringFirst(ctx context.Context, from berth.Expiry, limit int)
 }
 
 // HeldEnded implements berth.SandboxStore (AGT-6): one read of agentID's held list joined
-// with the sandboxes' states, by agent_held's primary key and the sandboxes' one.
-func (s *Store) HeldEnded(ctx context.Context, agentID string) (held, ended []string, err error) {
-	rows, err := s.pool().query(ctx, `SELECT h.sandbox_id, s.state FROM agent_held h
+// with the sandboxes' states and agents, by agent_held's primary key and the sandboxes' one.
+func (s *Store) HeldEnded(ctx context.Context, agentID string) (held []string, c berth.HeldCheck, err error) {
+	rows, err := s.pool().query(ctx, `SELECT h.sandbox_id, h.incarnation, s.state, s.agent_id FROM agent_held h
 		LEFT JOIN sandboxes s ON s.id = h.sandbox_id
 		WHERE h.agent_id = ? AND NOT h.starting ORDER BY h.sandbox_id`, agentID)
 	if err != nil {
-		return nil, nil, s.errorf("held sandboxes of %q: %w", agentID, err)
+		return nil, c, s.errorf("held sandboxes of %q: %w", agentID, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id string
-		var state sql.NullString
-		if err := rows.Scan(&id, &state); err != nil {
-			return nil, nil, s.errorf("held sandboxes of %q: %w", agentID, err)
+		var cp berth.HeldCopy
+		var state, owner sql.NullString
+		if err := rows.Scan(&cp.ID, &cp.Incarnation, &state, &owner); err != nil {
+			return nil, c, s.errorf("held sandboxes of %q: %w", agentID, err)
 		}
-		held = append(held, id)
-		if !state.Valid || berth.SandboxState(state.String).Terminal() {
-			ended = append(ended, id)
-		}
+		held = append(held, cp.ID)
+		checkHeld(&c, agentID, cp, state, owner)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, s.errorf("held sandboxes of %q: %w", agentID, err)
+		return nil, c, s.errorf("held sandboxes of %q: %w", agentID, err)
 	}
-	return held, ended, nil
+	return held, c, nil
 }
 
-// EndedSandboxes implements berth.SandboxStore (AGT-6): the ids that are terminal or unknown.
-func (s *Store) EndedSandboxes(ctx context.Context, ids []string) ([]string, error) {
-	live := make(map[string]bool, len(ids))
-	err := s.queryIn(ctx, "ended sandboxes", `SELECT id, state FROM sandboxes WHERE `, nil, "id", ids, "", func(rows Rows) error {
-		var id, state string
-		if err := rows.Scan(&id, &state); err != nil {
+// checkHeld files agentID's copy cp into c by its sandbox's row (state and agent_id, both
+// NULL when the store has no row): ended when there is no row or it is terminal, stale when
+// it is live on another agent or on none.
+func checkHeld(c *berth.HeldCheck, agentID string, cp berth.HeldCopy, state, owner sql.NullString) {
+	switch {
+	case !state.Valid || berth.SandboxState(state.String).Terminal():
+		c.Ended = append(c.Ended, cp.ID)
+	case owner.String != agentID:
+		c.Stale = append(c.Stale, cp)
+	}
+}
+
+// EndedSandboxes implements berth.SandboxStore (AGT-6): held checked against the sandboxes'
+// states and agents, in the order given.
+func (s *Store) EndedSandboxes(ctx context.Context, agentID string, held []berth.HeldCopy) (berth.HeldCheck, error) {
+	type row struct{ state, owner sql.NullString }
+	found := make(map[string]row, len(held))
+	ids := make([]string, len(held))
+	for i, cp := range held {
+		ids[i] = cp.ID
+	}
+	err := s.queryIn(ctx, "ended sandboxes", `SELECT id, state, agent_id FROM sandboxes WHERE `, nil, "id", ids, "", func(rows Rows) error {
+		var id string
+		var r row
+		if err := rows.Scan(&id, &r.state, &r.owner); err != nil {
 			return err
 		}
-		live[id] = !berth.SandboxState(state).Terminal()
+		found[id] = r
 		return nil
 	})
+	var c berth.HeldCheck
 	if err != nil {
-		return nil, err
+		return c, err
 	}
-	var ended []string
-	for _, id := range ids {
-		if !live[id] {
-			ended = append(ended, id)
-		}
+	for _, cp := range held {
+		r := found[cp.ID]
+		checkHeld(&c, agentID, cp, r.state, r.owner)
 	}
-	return ended, nil
+	return c, nil
 }
