@@ -215,6 +215,10 @@ type Server struct {
 	stopLive  sync.Map               // agent id → *liveHeld: what stopEnded last found live in the store
 	// stopForgotAt is when forgetStopRounds last dropped departed agents' entries (unix ns).
 	stopForgotAt atomic.Int64
+	// slowImages holds the images the snapshot store could not answer for in the sweeper's
+	// last round of settleCheckpoints: the next round asks about them last. Replaced whole
+	// each round, so it holds at most one round's worth.
+	slowImages atomic.Pointer[map[string]bool]
 	// heartbeatCreds maps the hashes of credentials heartbeats came with, read live from the
 	// store, to their agent ids (heartbeatCredential); the heartbeat's transaction re-checks
 	// them.

@@ -26,24 +26,46 @@ import (
 func (s *Server) settleCheckpoints(ctx context.Context) {
 	// One budget for the round's questions to the snapshot store: a store that hangs holds
 	// the sweep — lease expiry with it — snapshotRoundBudget once, not that long per row, and
-	// an image the store fails on at once keeps no other from being asked (attacks).
+	// an image the store fails on at once keeps no other from being asked (attacks). The
+	// images the store could not answer for last round are asked about last: four images it
+	// hangs on, the oldest rows, spent the whole budget every round before any younger row
+	// was asked.
 	snap, cancel := context.WithTimeout(ctx, snapshotRoundBudget)
 	defer cancel()
+	var slowLast map[string]bool
+	if p := s.slowImages.Load(); p != nil {
+		slowLast = *p
+	}
+	slow := map[string]bool{}
+	type row struct {
+		st berth.SandboxState
+		sb berth.Sandbox
+	}
+	var later []row
 	for _, st := range []berth.SandboxState{berth.SandboxPausing, berth.SandboxSnapshotting, berth.SandboxResuming} {
 		if s.eachInState(ctx, st, func(sb berth.Sandbox) bool {
-			s.settleCheckpoint(ctx, snap, st, sb)
+			if slowLast[sb.Image] && st != berth.SandboxResuming {
+				later = append(later, row{st, sb})
+			} else {
+				s.settleCheckpoint(ctx, snap, st, sb, slow)
+			}
 			return true
 		}) != nil {
 			return
 		}
 	}
+	for _, r := range later {
+		s.settleCheckpoint(ctx, snap, r.st, r.sb, slow)
+	}
+	s.slowImages.Store(&slow)
 }
 
 // settleCheckpoint settles sb, found in state st, if it has been there past its grace; see
 // settleCheckpoints. Questions to the snapshot store go with snap, the round's budget for
 // them; a pause or snapshot move whose image the store cannot vouch for within it (a fault,
-// or the budget spent) waits for a later round.
-func (s *Server) settleCheckpoint(ctx, snap context.Context, st berth.SandboxState, sb berth.Sandbox) {
+// or the budget spent) waits for a later round, and its image, if it was asked about, is
+// put in slow.
+func (s *Server) settleCheckpoint(ctx, snap context.Context, st berth.SandboxState, sb berth.Sandbox, slow map[string]bool) {
 	now := s.cfg.Clock()
 	grace := s.cfg.StartingGrace
 	if st != berth.SandboxResuming {
@@ -54,7 +76,7 @@ func (s *Server) settleCheckpoint(ctx, snap context.Context, st berth.SandboxSta
 		return
 	}
 	held, listedAt := s.agentList(ctx, sb.AgentID, sb.ID)
-	stored, ok := s.checkpointImage(snap, st, sb.Image)
+	stored, ok := s.checkpointImage(snap, st, sb.Image, slow)
 	if !ok {
 		return // the snapshot store cannot tell: a later round asks again
 	}
@@ -107,8 +129,9 @@ func (s *Server) settled(ctx context.Context, id string, st berth.SandboxState, 
 
 // checkpointImage reports whether a pause or snapshot move's image is stored (a resume's is
 // not asked about: false); ok is false when the snapshot store could not tell within a
-// quarter of the round's budget, or snap (the round's budget) has ended.
-func (s *Server) checkpointImage(snap context.Context, st berth.SandboxState, image string) (stored, ok bool) {
+// quarter of the round's budget (the image is then put in slow, unless the round's end cut
+// the question short), or snap (the round's budget) has ended.
+func (s *Server) checkpointImage(snap context.Context, st berth.SandboxState, image string, slow map[string]bool) (stored, ok bool) {
 	if st == berth.SandboxResuming {
 		return false, true
 	}
@@ -117,9 +140,16 @@ func (s *Server) checkpointImage(snap context.Context, st berth.SandboxState, im
 	}
 	// Each question takes at most a quarter of the round's budget: one image the store hangs
 	// on (asked first every round, its row the oldest) no longer spends it all (an attack).
-	q, cancel := context.WithTimeout(snap, snapshotRoundBudget/4)
+	quarter := snapshotRoundBudget / 4
+	end, _ := snap.Deadline()
+	whole := time.Until(end) >= quarter // a question the round's end cuts short is not the image's fault
+	q, cancel := context.WithTimeout(snap, quarter)
 	defer cancel()
-	return s.imageStored(q, image)
+	stored, ok = s.imageStored(q, image)
+	if !ok && whole {
+		slow[image] = true
+	}
+	return stored, ok
 }
 
 // enteredAt returns when sandbox id last entered state st (from its events).

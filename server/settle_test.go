@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -266,6 +267,7 @@ func TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing(t *testing.T) {
 type faultyBucket struct {
 	driver.Bucket
 	bad   string
+	more  []string // further prefixes, faulty as bad is
 	hang  bool
 	asked atomic.Int64
 }
@@ -273,7 +275,7 @@ type faultyBucket struct {
 func (b *faultyBucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
 	b.asked.Add(1)
 	switch {
-	case !strings.HasPrefix(key, b.bad):
+	case !strings.HasPrefix(key, b.bad) && !slices.ContainsFunc(b.more, func(p string) bool { return strings.HasPrefix(key, p) }):
 	case b.hang:
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -357,6 +359,31 @@ func TestPAUSE1_OneHangingImageHoldsNoOtherPause(t *testing.T) {
 			t.Errorf("%s is %s (%s), want %s", id, sb.State, sb.Reason, want)
 		}
 	}
+}
+
+// TestPAUSE1_HangingImagesHoldNoYoungerPause: images the snapshot store could not answer for
+// in one round are asked about last in the next. Five images it hangs on, the oldest rows,
+// spent the whole budget every round — four questions of a quarter each — and the younger
+// abandoned pause behind them was never asked about, round after round.
+func TestPAUSE1_HangingImagesHoldNoYoungerPause(t *testing.T) {
+	old := snapshotRoundBudget
+	snapshotRoundBudget = 400 * time.Millisecond
+	t.Cleanup(func() { snapshotRoundBudget = old })
+	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/", more: []string{"sb-1/", "sb-2/", "sb-3/", "sb-4/"}, hang: true}, 6)
+	ctx := context.Background()
+	for round := range 3 {
+		h.s.settleCheckpoints(ctx)
+		if sb, _ := h.st.Sandbox(ctx, "sb-5"); sb.State == berth.SandboxPaused {
+			for i := range 5 {
+				if sb, _ := h.st.Sandbox(ctx, fmt.Sprintf("sb-%d", i)); sb.State.Terminal() || sb.State == berth.SandboxPaused {
+					t.Errorf("sb-%d, whose image the store hangs on, is %s; want left for a later round", i, sb.State)
+				}
+			}
+			t.Logf("settled in round %d", round+1)
+			return
+		}
+	}
+	t.Fatal("sb-5, younger than five images the store hangs on, is not settled after three rounds")
 }
 
 // TestPAUSE1_OneBadImageHoldsNoOtherPause (an attack): an image the snapshot store fails on
