@@ -52,27 +52,30 @@ type HeldSandbox struct {
 	// OOMKills counts processes the kernel OOM killer killed in the sandbox (C09); with
 	// ADM-9 working it stays 0.
 	OOMKills int64 `json:"oom_kills,omitempty"`
-	// Incarnation is the agent's number for this copy of the sandbox, from 1: a new one each
-	// time the agent books it (a create or a restore) or a create re-confirms a copy it
-	// already held. A server that finds the copy stale (AGT-6: the store places the sandbox
-	// on another host, or on none) stops it with DELETE …?incarnation=N, which spares a copy
-	// placed here again since. 0 from an agent that does not number them; such a copy is
-	// never stopped as stale.
+	// Incarnation is the agent's number for this copy of the sandbox within its boot
+	// (Heartbeat.BootID), from 1: a new one each time the agent books it (a create or a
+	// restore) or a create re-confirms a copy it already held. A server that finds the copy
+	// stale (AGT-6: the store places the sandbox on another host, or on none) stops it with
+	// DELETE …?boot=B&incarnation=N, which spares a copy placed here again since, in this
+	// boot or a later one. 0 from an agent that does not number them; such a copy is never
+	// stopped as stale.
 	Incarnation int64 `json:"incarnation,omitempty"`
 }
 
-// HeldCopy names one copy of a sandbox on an agent: its id and the agent's incarnation of it
-// (HeldSandbox.Incarnation; 0 when the agent does not number them).
+// HeldCopy names one copy of a sandbox on an agent: its id, and the agent's boot and
+// incarnation of it (HeldSandbox.Incarnation, numbered within Boot; 0 when the agent does not
+// number them).
 type HeldCopy struct {
 	ID          string
+	Boot        string
 	Incarnation int64
 }
 
 // HeldCheck is what the store says of the sandboxes an agent holds (AGT-6). Ended are
 // terminal or unknown to the store: the agent stops them. Stale are live but placed on
 // another agent or on none (paused): the agent's copy is left over from a create or
-// checkpoint whose answer was lost, and it is stopped only while it is the incarnation
-// checked (DELETE …?incarnation=N). Both are ordered by id.
+// checkpoint whose answer was lost, and it is stopped only while it is the boot and
+// incarnation checked (DELETE …?boot=B&incarnation=N). Both are ordered as checked.
 type HeldCheck struct {
 	Ended []string
 	Stale []HeldCopy

@@ -141,8 +141,8 @@ type SandboxStore interface {
 	EndedSandboxes(ctx context.Context, agentID string, held []HeldCopy) (HeldCheck, error)
 	// HeldEnded is EndedSandboxes over what agentID's held list in the store names, not
 	// starting, in one read (AGT-6's sweep, issue 16 goal 2): held is every such id, ordered
-	// by id, and the check of them, with the incarnations that list holds. An agent the
-	// store does not know holds nothing.
+	// by id, and the check of them, with the boot and incarnations that list holds. An agent
+	// the store does not know holds nothing.
 	HeldEnded(ctx context.Context, agentID string) (held []string, c HeldCheck, err error)
 	// TransitionSandbox moves sandbox id to state to with an event, only if its current state
 	// is one of from (any non-terminal state when from is empty). It reports whether the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -32,8 +33,9 @@ const (
 // compared in constant time (AGT-5, authenticate):
 //
 //	POST   /internal/sandboxes                 berth.AgentCreate → 201
-//	DELETE /internal/sandboxes/{id}            → 204 (idempotent); ?incarnation=N stops
-//	                                           only that copy (409 conflict for another, AGT-6)
+//	DELETE /internal/sandboxes/{id}            → 204 (idempotent); ?boot=B&incarnation=N
+//	                                           stops only that copy (409 conflict for
+//	                                           another, or another boot; AGT-6)
 //	POST   /internal/sandboxes/{id}/exec       berth.ExecRequest → 200 berth.ExecResult
 //	PUT    /internal/sandboxes/{id}/files?path → 204;  GET → 200 raw bytes
 //	POST   /internal/drain?reason=, /internal/undrain → 202 / 200 (400 invalid_request for a
@@ -144,24 +146,45 @@ func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// handleDelete is DELETE /internal/sandboxes/{id}[?incarnation=N]: 204 once stopped (or
-// when there is nothing to stop); with incarnation, 409 conflict for a copy that is another
-// incarnation (DeleteIncarnation), 400 invalid_request for one that is not a positive integer.
+// handleDelete is DELETE /internal/sandboxes/{id}[?boot=B&incarnation=N]: 204 once stopped
+// (or when there is nothing to stop); with boot and incarnation, 409 conflict for a copy
+// that is another incarnation or an agent of another boot (DeleteIncarnation). A query that
+// does not parse, a parameter given twice, an incarnation that is not a positive integer, or
+// one without its boot (or a boot without it) is 400 invalid_request, and nothing is stopped:
+// a query dropped as unparsable would have stopped whatever copy is here.
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
-	var inc int64
-	if q := r.URL.Query(); q.Has("incarnation") {
-		n, err := strconv.ParseInt(q.Get("incarnation"), 10, 64)
-		if err != nil || n <= 0 {
-			a.writeError(w, r, berth.Errorf(berth.EInvalidRequest, "incarnation must be a positive integer"))
-			return
-		}
-		inc = n
+	boot, inc, err := deleteCopy(r.URL.RawQuery)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
 	}
-	if err := a.DeleteIncarnation(r.Context(), r.PathValue("id"), inc); err != nil {
+	if err := a.DeleteIncarnation(r.Context(), r.PathValue("id"), boot, inc); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteCopy reads a delete's query (handleDelete): the boot and incarnation it names, both
+// or neither ("" and 0: any copy). Errors: invalid_request.
+func deleteCopy(raw string) (boot string, inc int64, err error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", 0, berth.Errorf(berth.EInvalidRequest, "the query does not parse: %v", err)
+	}
+	for k, v := range q {
+		if len(v) > 1 {
+			return "", 0, berth.Errorf(berth.EInvalidRequest, "%s is given %d times", k, len(v))
+		}
+	}
+	if !q.Has("incarnation") && !q.Has("boot") {
+		return "", 0, nil
+	}
+	inc, err = strconv.ParseInt(q.Get("incarnation"), 10, 64)
+	if err != nil || inc <= 0 || q.Get("boot") == "" {
+		return "", 0, berth.Errorf(berth.EInvalidRequest, "boot and incarnation go together: a boot id and a positive integer")
+	}
+	return q.Get("boot"), inc, nil
 }
 
 func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"testing"
@@ -64,19 +65,19 @@ func TestAGT6_AStaleCopyIsStoppedByItsIncarnationOnly(t *testing.T) {
 	if again == first || again <= 0 {
 		t.Fatalf("a re-confirmed copy kept incarnation %d (was %d); want a new one", again, first)
 	}
-	if err := a.DeleteIncarnation(ctx, "s1", first); berth.ErrorCode(err) != berth.EConflict {
+	if err := a.DeleteIncarnation(ctx, "s1", a.bootID, first); berth.ErrorCode(err) != berth.EConflict {
 		t.Fatalf("stop of the old incarnation: %v; want conflict", err)
 	}
 	if incarnationOf(a, "s1") != again || rt.stops("s1") != 0 {
 		t.Fatalf("the re-confirmed copy was stopped (runtime stops %d)", rt.stops("s1"))
 	}
-	if err := a.DeleteIncarnation(ctx, "s1", again); err != nil {
+	if err := a.DeleteIncarnation(ctx, "s1", a.bootID, again); err != nil {
 		t.Fatal(err)
 	}
 	if incarnationOf(a, "s1") != 0 || rt.stops("s1") != 1 {
 		t.Fatalf("the stale incarnation is still held, or the runtime stopped it %d times; want gone, once", rt.stops("s1"))
 	}
-	if err := a.DeleteIncarnation(ctx, "s1", again); err != nil || rt.stops("s1") != 1 {
+	if err := a.DeleteIncarnation(ctx, "s1", a.bootID, again); err != nil || rt.stops("s1") != 1 {
 		t.Fatalf("stop of a copy not held: %v, runtime stops %d; want nil and none", err, rt.stops("s1"))
 	}
 	// A new copy of the same id is a new incarnation, never one a server saw before.
@@ -96,7 +97,7 @@ func TestAGT6_AStaleCopyIsStoppedByItsIncarnationOnly(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- a.DeleteIncarnation(ctx, "s2", other) }()
+	go func() { done <- a.DeleteIncarnation(ctx, "s2", a.bootID, other) }()
 	<-stopping
 	if err := create(a, "s2", 512); berth.ErrorCode(err) != berth.EConflict {
 		t.Fatalf("create of a copy being stopped: %v; want conflict", err)
@@ -110,9 +111,76 @@ func TestAGT6_AStaleCopyIsStoppedByItsIncarnationOnly(t *testing.T) {
 	}
 }
 
-// TestAGT6_DeleteIncarnationOverHTTP: DELETE …?incarnation=N answers 409 for another
-// incarnation and 204 for its own; an incarnation that is not a positive integer is 400
-// invalid_request, and nothing is stopped.
+// TestAGT6_AStaleStopOfAnotherBootStopsNothing (an attack): incarnations are numbered anew
+// with each boot, so a stale stop checked against one boot's list and arriving after the agent
+// restarted — where a resume may have booked the same id as incarnation 1 again — is refused
+// (conflict) and stops nothing. Without the boot in the stop, the new boot's resumed copy was
+// stopped and its row, running there, lost.
+func TestAGT6_AStaleStopOfAnotherBootStopsNothing(t *testing.T) {
+	rt := &fakeRuntime{}
+	a := newTestAgent(t, berth.AdmissionCommitted, 2048, rt)
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	inc := incarnationOf(a, "s1")
+	if err := a.DeleteIncarnation(context.Background(), "s1", "an-earlier-boot", inc); berth.ErrorCode(err) != berth.EConflict {
+		t.Fatalf("stop of incarnation %d of another boot: %v; want conflict", inc, err)
+	}
+	if rt.stops("s1") != 0 || incarnationOf(a, "s1") != inc {
+		t.Fatal("a stop meant for another boot stopped this boot's copy")
+	}
+}
+
+// TestAGT6_AStaleStopSentTwiceSparesTheNextCopy (an attack): a stale stop sent again while
+// the first is still stopping the copy (the server gave up waiting on a slow runtime stop)
+// leaves it to the first, and a create of the id meanwhile is refused, so no new copy is
+// booked under a stop in flight. Before, the second stop forgot the copy, a resume booked a
+// new one, and the first stop, returning, took the new copy off the books: it ran on with no
+// TTL, unlisted, its row later lost.
+func TestAGT6_AStaleStopSentTwiceSparesTheNextCopy(t *testing.T) {
+	rt := &fakeRuntime{}
+	a := newTestAgent(t, berth.AdmissionCommitted, 4096, rt)
+	ctx := context.Background()
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	stale := incarnationOf(a, "s1")
+	stopping, release := make(chan struct{}), make(chan struct{})
+	rt.stopping = func(id string) {
+		if id == "s1" && rt.stops("s1") == 0 {
+			close(stopping)
+			<-release
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.DeleteIncarnation(ctx, "s1", a.bootID, stale) }()
+	<-stopping
+	if err := a.DeleteIncarnation(ctx, "s1", a.bootID, stale); err != nil {
+		t.Fatalf("the same stop again, while the first runs: %v; want nil, left to the first", err)
+	}
+	if err := create(a, "s1", 512); berth.ErrorCode(err) != berth.EConflict {
+		t.Fatalf("a create while the first stop runs: %v; want conflict", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if incarnationOf(a, "s1") != 0 || rt.stops("s1") != 1 {
+		t.Fatalf("after the first stop: listed incarnation %d, runtime stops %d; want gone, stopped once", incarnationOf(a, "s1"), rt.stops("s1"))
+	}
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	if n := incarnationOf(a, "s1"); n == 0 || n == stale {
+		t.Fatalf("the next copy is incarnation %d; want a new one, booked", n)
+	}
+}
+
+// TestAGT6_DeleteIncarnationOverHTTP: DELETE …?boot=B&incarnation=N answers 409 for another
+// incarnation or boot and 204 for its own. A query that does not parse (url.Values would drop
+// it, leaving a delete of any copy: an attack), a parameter given twice, an incarnation that
+// is not a positive integer, or one without its boot is 400 invalid_request, and nothing is
+// stopped.
 func TestAGT6_DeleteIncarnationOverHTTP(t *testing.T) {
 	rt := &fakeRuntime{}
 	a := newTestAgent(t, berth.AdmissionCommitted, 2048, rt)
@@ -123,20 +191,25 @@ func TestAGT6_DeleteIncarnationOverHTTP(t *testing.T) {
 	if err := create(a, "s1", 512); err != nil {
 		t.Fatal(err)
 	}
-	inc := incarnationOf(a, "s1")
-	for _, q := range []string{"abc", "0", "-1", "", "1.5", "99999999999999999999"} {
-		if code, body := call(t, http.MethodDelete, srv.URL+"/internal/sandboxes/s1?incarnation="+q, nil, hdr); code != http.StatusBadRequest {
-			t.Errorf("incarnation=%q: %d %s; want 400", q, code, body)
+	inc := strconv.FormatInt(incarnationOf(a, "s1"), 10)
+	boot := "boot=" + url.QueryEscape(a.bootID)
+	for _, q := range []string{boot + "&incarnation=abc", boot + "&incarnation=0", boot + "&incarnation=-1",
+		boot + "&incarnation=", boot + "&incarnation=1.5", boot + "&incarnation=99999999999999999999",
+		"incarnation=" + inc, boot, "boot=&incarnation=" + inc, boot + "&incarnation=%zz", boot + "&incarnation=" + inc + ";",
+		boot + "&incarnation=9%", boot + "&incarnation=" + inc + "&incarnation=abc", boot + "&" + boot + "&incarnation=" + inc} {
+		if code, body := call(t, http.MethodDelete, srv.URL+"/internal/sandboxes/s1?"+q, nil, hdr); code != http.StatusBadRequest {
+			t.Errorf("?%s: %d %s; want 400", q, code, body)
 		}
 	}
-	if code, body := call(t, http.MethodDelete, srv.URL+"/internal/sandboxes/s1?incarnation=999", nil, hdr); code != http.StatusConflict {
-		t.Errorf("another incarnation: %d %s; want 409", code, body)
+	for _, q := range []string{boot + "&incarnation=999", "boot=other&incarnation=" + inc} {
+		if code, body := call(t, http.MethodDelete, srv.URL+"/internal/sandboxes/s1?"+q, nil, hdr); code != http.StatusConflict {
+			t.Errorf("?%s: %d %s; want 409", q, code, body)
+		}
 	}
-	if rt.stops("s1") != 0 || incarnationOf(a, "s1") != inc {
+	if rt.stops("s1") != 0 || incarnationOf(a, "s1") == 0 {
 		t.Fatalf("a refused delete stopped the copy")
 	}
-	url := srv.URL + "/internal/sandboxes/s1?incarnation=" + strconv.FormatInt(inc, 10)
-	if code, body := call(t, http.MethodDelete, url, nil, hdr); code != http.StatusNoContent {
+	if code, body := call(t, http.MethodDelete, srv.URL+"/internal/sandboxes/s1?"+boot+"&incarnation="+inc, nil, hdr); code != http.StatusNoContent {
 		t.Fatalf("its own incarnation: %d %s; want 204", code, body)
 	}
 	if rt.stops("s1") != 1 || slices.ContainsFunc(a.Heartbeat(time.Now()).Sandboxes, func(h berth.HeldSandbox) bool { return h.ID == "s1" }) {

@@ -172,16 +172,27 @@ func ttlEnd(c berth.AgentCreate, admitted time.Time) time.Time {
 const maxTTLMS = int64(10 * 365 * 24 * time.Hour / time.Millisecond)
 
 // Delete stops a sandbox and forgets it. It is idempotent: an unknown id is not an error.
-func (a *Agent) Delete(ctx context.Context, id string) error { return a.DeleteIncarnation(ctx, id, 0) }
+func (a *Agent) Delete(ctx context.Context, id string) error {
+	return a.DeleteIncarnation(ctx, id, "", 0)
+}
 
 // DeleteIncarnation is Delete of one copy only (AGT-6): with inc > 0 it stops sandbox id only
-// while the copy here is incarnation inc (berth.HeldSandbox.Incarnation), the copy a server
-// found stale. A copy booked or re-confirmed by a create since is not stopped: conflict. No
-// copy here is not an error, and nothing is stopped. inc 0 is any copy, as Delete.
-func (a *Agent) DeleteIncarnation(ctx context.Context, id string, inc int64) error {
+// while the copy here is incarnation inc of boot (berth.HeldSandbox.Incarnation), the copy a
+// server found stale. A copy booked or re-confirmed by a create since, or an agent of another
+// boot (incarnations restart with each), is not stopped: conflict. No copy here is not an
+// error, and nothing is stopped. inc 0 is any copy, as Delete. A copy another delete is
+// stopping already is left to it (nil): that one takes it off the books once the runtime
+// stopped it, and until then a create of the id is refused (reconfirmLocked), so no new copy
+// is booked under a stop still in flight. When the runtime fails to stop it, the copy stays
+// booked and a later delete tries again.
+func (a *Agent) DeleteIncarnation(ctx context.Context, id, boot string, inc int64) error {
 	a.mu.Lock()
 	g, ok := a.guests[id]
 	switch {
+	case inc > 0 && boot != a.bootID:
+		a.mu.Unlock()
+		return berth.Errorf(berth.EConflict, "agent %s is boot %s now, not %s: its copies are numbered anew, so none is stopped",
+			a.cfg.ID, a.bootID, boot)
 	case inc > 0 && !ok:
 		a.mu.Unlock()
 		return nil
@@ -190,17 +201,28 @@ func (a *Agent) DeleteIncarnation(ctx context.Context, id string, inc int64) err
 		a.mu.Unlock()
 		return berth.Errorf(berth.EConflict, "sandbox %s on agent %s is incarnation %d, not %d: placed here again since, so it is not stopped",
 			id, a.cfg.ID, cur, inc)
+	case ok && g.deleting:
+		a.mu.Unlock()
+		return nil
 	case ok:
 		// Its exit from here on is this delete's, not a crash: the measure loop must not
 		// report it failed while the runtime stops it (gVisor takes ~60 ms).
 		g.deleting = true
 	}
 	a.mu.Unlock()
-	if err := a.rt.Stop(ctx, id); err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+	err := a.rt.Stop(ctx, id)
+	if err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+		a.mu.Lock()
+		if ok && a.guests[id] == g {
+			g.deleting = false // still booked: the next delete stops it again
+		}
+		a.mu.Unlock()
 		return fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
 	}
 	a.mu.Lock()
-	delete(a.guests, id)
+	if ok && a.guests[id] == g {
+		delete(a.guests, id)
+	}
 	a.mu.Unlock()
 	return nil
 }

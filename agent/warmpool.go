@@ -431,6 +431,16 @@ func (al *aliases) drop(id string) {
 	al.mu.Unlock()
 }
 
+// dropIf ends id's alias only while it still names rtID, the runtime guest just stopped: a
+// warm guest that serves a new copy of id since keeps its alias.
+func (al *aliases) dropIf(id, rtID string) {
+	al.mu.Lock()
+	if al.m[id] == rtID {
+		delete(al.m, id)
+	}
+	al.mu.Unlock()
+}
+
 // rawRT is the runtime itself, below the aliases: the pool starts, measures and stops its
 // guests by their runtime ids.
 func (a *Agent) rawRT() Runtime {
@@ -453,9 +463,10 @@ func (r aliasRuntime) Start(ctx context.Context, s Spec) error {
 }
 
 func (r aliasRuntime) Stop(ctx context.Context, id string) error {
-	err := r.Runtime.Stop(ctx, r.ids.of(id))
+	rtID := r.ids.of(id)
+	err := r.Runtime.Stop(ctx, rtID)
 	if err == nil || berth.ErrorCode(err) == berth.ESandboxNotFound {
-		r.ids.drop(id)
+		r.ids.dropIf(id, rtID)
 	}
 	return err
 }

@@ -114,15 +114,15 @@ func (c *agentCaller) delete(ctx context.Context, at agentAt, id string) error {
 	return err
 }
 
-// deleteStale stops the agent's copy of sandbox id only while it is incarnation inc (AGT-6,
-// berth.HeldSandbox.Incarnation): DELETE …?incarnation=N. The agent answers 409 conflict for
-// a copy booked or re-confirmed there since, which is returned as such: that copy is not
-// stale, and stays.
-func (c *agentCaller) deleteStale(ctx context.Context, at agentAt, id string, inc int64) error {
+// deleteStale stops the agent's copy cp only while it is that boot's incarnation (AGT-6,
+// berth.HeldSandbox.Incarnation): DELETE …?boot=B&incarnation=N. The agent answers 409
+// conflict for a copy booked or re-confirmed there since, or when it is another boot now,
+// which is returned as such: that copy is not stale, and stays.
+func (c *agentCaller) deleteStale(ctx context.Context, at agentAt, cp berth.HeldCopy) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	q := url.Values{"incarnation": {strconv.FormatInt(inc, 10)}}
-	_, err := c.do(ctx, http.MethodDelete, at, "/internal/sandboxes/"+url.PathEscape(id), q, nil, http.StatusNoContent)
+	q := url.Values{"boot": {cp.Boot}, "incarnation": {strconv.FormatInt(cp.Incarnation, 10)}}
+	_, err := c.do(ctx, http.MethodDelete, at, "/internal/sandboxes/"+url.PathEscape(cp.ID), q, nil, http.StatusNoContent)
 	return err
 }
 

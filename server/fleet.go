@@ -294,7 +294,7 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 	known, _ := live.(*liveHeld)
 	for _, h := range hb.Sandboxes {
 		if !h.Starting && (!hb.Delta || !known.has(hb.BootID, h.ID)) {
-			held = append(held, berth.HeldCopy{ID: h.ID, Incarnation: h.Incarnation})
+			held = append(held, berth.HeldCopy{ID: h.ID, Boot: hb.BootID, Incarnation: h.Incarnation})
 		}
 	}
 	now := s.cfg.Clock()
@@ -327,7 +327,7 @@ func (s *Server) stopEnded(hb berth.Heartbeat) {
 // stopRound is one AGT-6 round of stopEnded for hb's agent: held (or, for a sweep, everything
 // the store says it holds) is checked against the store, and each ended sandbox is stopped,
 // and each stale copy (its sandbox placed on another agent or on none) while it is the
-// incarnation checked. What it finds live and the agent's own is remembered for the agent's
+// boot and incarnation checked. What it finds live and the agent's own is remembered for the agent's
 // boot: in place of what was remembered when the round checked everything the agent holds
 // (whole), added to it otherwise. It runs as one of the agent's calls (agentCalls.run).
 func (s *Server) stopRound(hb berth.Heartbeat, held []berth.HeldCopy, whole bool) {
@@ -368,18 +368,19 @@ func (s *Server) stopRound(hb berth.Heartbeat, held []berth.HeldCopy, whole bool
 // stopStale stops agent at's stale copy cp (AGT-6): its sandbox is live, but the store places
 // it on another agent or on none (paused), so the copy is left over from a create or a
 // checkpoint whose answer was lost, and runs the tenant's code a second time. The agent stops
-// it only while it is incarnation cp.Incarnation: a copy placed there again since (a resume
-// that landed on it) is spared with 409 conflict. A copy from an agent that does not number
-// them (0) is not stopped: its delete could not spare one placed there again.
+// it only while it is incarnation cp.Incarnation of boot cp.Boot: a copy placed there again
+// since (a resume that landed on it, in this boot or after a restart) is spared with 409
+// conflict. A copy from an agent that does not number them (0) is not stopped: its delete
+// could not spare one placed there again.
 func (s *Server) stopStale(ctx context.Context, at agentAt, cp berth.HeldCopy) {
-	if cp.Incarnation <= 0 {
+	if cp.Incarnation <= 0 || cp.Boot == "" {
 		s.log.Warn("a sandbox placed elsewhere runs here too; this agent does not number its copies, so it is left to its TTL (AGT-6)",
 			"sandbox", cp.ID, "agent", at.ID)
 		return
 	}
 	s.log.Warn("stopping a copy of a sandbox the store places elsewhere (AGT-6)", "sandbox", cp.ID, "agent", at.ID,
-		"incarnation", cp.Incarnation)
-	err := s.agents.deleteStale(ctx, at, cp.ID, cp.Incarnation)
+		"boot", cp.Boot, "incarnation", cp.Incarnation)
+	err := s.agents.deleteStale(ctx, at, cp)
 	switch {
 	case berth.ErrorCode(err) == berth.EConflict:
 		s.log.Info("not stopped: placed on that agent again since", "sandbox", cp.ID, "agent", at.ID)

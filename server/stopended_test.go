@@ -4,12 +4,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/runtime/noop"
 	"github.com/berth-dev/berth/store/sqlite"
 )
 
@@ -210,13 +215,93 @@ func TestAGT6_StaleCopiesAreStoppedByIncarnation(t *testing.T) {
 			t.Errorf("%s: deletes %q; want %q", what, got, want)
 		}
 	}
-	stale := []string{"/internal/sandboxes/moved?incarnation=4", "/internal/sandboxes/paused?incarnation=5"}
+	stale := []string{"/internal/sandboxes/moved?boot=b1&incarnation=4", "/internal/sandboxes/paused?boot=b1&incarnation=5"}
 	round("the whole list", whole, stale...)
 	delta := whole
 	delta.Seq, delta.Delta, delta.BaseSeq = 2, true, 1
 	delta.Sandboxes = []berth.HeldSandbox{{ID: "mine", Incarnation: 1, ResidentMiB: 50}, {ID: "paused", Incarnation: 5, ResidentMiB: 50}}
-	round("a delta listing a stale copy again", delta, "/internal/sandboxes/paused?incarnation=5")
+	round("a delta listing a stale copy again", delta, "/internal/sandboxes/paused?boot=b1&incarnation=5")
 	now = now.Add(s.cfg.HeldSweepEvery)
 	delta.Seq, delta.BaseSeq, delta.Sandboxes = 3, 2, nil
 	round("the sweep of the store's held list", delta, stale...)
+}
+
+// runAgent is a real agent (noop runtime) with id, run until the test ends; its internal API
+// is served by the test (Handler), not its own listener.
+func runAgent(t *testing.T, id string) *agent.Agent {
+	t.Helper()
+	acfg := agent.DefaultConfig()
+	acfg.ID, acfg.Admission, acfg.MemoryMiB, acfg.HeadroomMiB = id, berth.AdmissionCommitted, 4096, 0
+	acfg.NodeToken = "node-token"
+	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := agent.New(acfg, &noop.Runtime{})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a
+}
+
+// TestAGT6_AStaleStopSparesTheNextBootsCopy (an attack): incarnations are numbered anew with
+// each boot. A round checks boot b1's list and finds its copy of "sb-x" (incarnation 1) stale
+// — the store records sb-x paused — and while the round is still sending its deletes, the
+// host restarts as boot b2 at the same address and sb-x is resumed there: b2's first copy,
+// incarnation 1 again, recorded running. The round's stop, meant for b1's copy, must not stop
+// b2's: before the stop named its boot, it did, and the resumed sandbox was gone from its host.
+func TestAGT6_AStaleStopSparesTheNextBootsCopy(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	cfg := DefaultConfig()
+	cfg.NodeToken = "node-token"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(cfg, st)
+	b1, b2 := runAgent(t, "a1"), runAgent(t, "a1")
+	var cur atomic.Pointer[http.Handler]
+	h1, h2 := b1.Handler(), b2.Handler()
+	cur.Store(&h1)
+	var restarted atomic.Bool
+	host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete && r.URL.Path == "/internal/sandboxes/sb-gone" && restarted.CompareAndSwap(false, true) {
+			// The host restarts while the round sends its deletes; a resume of sb-x lands on it.
+			cur.Store(&h2)
+			if ok, err := st.MoveSandbox(ctx, "sb-x", []berth.SandboxState{berth.SandboxPaused},
+				berth.SandboxMove{To: berth.SandboxResuming, AgentID: "a1", ExpiresAt: now.Add(time.Hour), Image: "sb-x/1"},
+				"restoring it on agent/a1", "test", time.Now()); err != nil || !ok {
+				t.Errorf("record resuming: %v %v", ok, err)
+			}
+			if err := b2.Create(ctx, berth.AgentCreate{ID: "sb-x", Template: "python", MemoryMiB: 256}); err != nil {
+				t.Errorf("resume on boot b2: %v", err)
+			}
+			if ok, err := st.TransitionSandbox(ctx, "sb-x", []berth.SandboxState{berth.SandboxResuming}, berth.SandboxRunning,
+				"agent restored it", "test", time.Now()); err != nil || !ok {
+				t.Errorf("record running: %v %v", ok, err)
+			}
+		}
+		// The call token is bound to the agent's own address; this host stands in for both boots.
+		r.Header.Set(berth.HeaderNodeToken, "node-token")
+		(*cur.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(host.Close)
+	must(t, b1.Create(ctx, berth.AgentCreate{ID: "sb-x", Template: "python", MemoryMiB: 256}))
+	must(t, b1.Create(ctx, berth.AgentCreate{ID: "sb-gone", Template: "python", MemoryMiB: 256}))
+	must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-x", Template: "python", Tenant: "acme", State: berth.SandboxPaused,
+		Image: "sb-x/1", PausedAt: now, MemoryMiB: 256, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, "test", now))
+	hb := b1.Heartbeat(now)
+	hb.Address = host.URL
+	_, err = st.ApplyHeartbeat(ctx, hb, now)
+	must(t, err)
+	s.stopEnded(hb)
+	waitUntil(t, "the round", func() (bool, string) { return !s.stopRounds.busy("a1"), "" })
+	if !restarted.Load() {
+		t.Fatal("the round sent no delete of sb-gone")
+	}
+	listed := slices.ContainsFunc(b2.Heartbeat(time.Now()).Sandboxes, func(h berth.HeldSandbox) bool { return h.ID == "sb-x" })
+	if sb, err := st.Sandbox(ctx, "sb-x"); err != nil || sb.State != berth.SandboxRunning || !listed {
+		t.Fatalf("sb-x is %s (%v), boot b2 holds it: %v; want running and held: the stop meant for boot b1's copy stopped b2's",
+			sb.State, err, listed)
+	}
 }

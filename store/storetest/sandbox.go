@@ -419,14 +419,14 @@ func testEndedSandboxes(t *testing.T, s berth.Store) {
 	liveAndGone(t, s)
 	staleAndElsewhere(t, s)
 	mustCreate(t, s, sandbox("starting", "acme", "a1", berth.SandboxStarting), T0)
-	held := []berth.HeldCopy{{ID: "live", Incarnation: 1}, {ID: "paused", Incarnation: 7}, {ID: "gone", Incarnation: 2},
-		{ID: "starting"}, {ID: "moved", Incarnation: 3}, {ID: "never-heard-of"}, {ID: "resuming"}, {ID: "pausing", Incarnation: 9}}
+	held := []berth.HeldCopy{{ID: "live", Boot: "b", Incarnation: 1}, {ID: "paused", Boot: "b", Incarnation: 7}, {ID: "gone", Incarnation: 2},
+		{ID: "starting"}, {ID: "moved", Boot: "b", Incarnation: 3}, {ID: "never-heard-of"}, {ID: "resuming"}, {ID: "pausing", Incarnation: 9}}
 	got, err := s.EndedSandboxes(ctx, "a1", held)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := berth.HeldCheck{Ended: []string{"gone", "never-heard-of"},
-		Stale: []berth.HeldCopy{{ID: "paused", Incarnation: 7}, {ID: "moved", Incarnation: 3}, {ID: "resuming"}}}
+		Stale: []berth.HeldCopy{{ID: "paused", Boot: "b", Incarnation: 7}, {ID: "moved", Boot: "b", Incarnation: 3}, {ID: "resuming"}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("EndedSandboxes (-want +got):\n%s", diff)
 	}
@@ -438,7 +438,8 @@ func testEndedSandboxes(t *testing.T, s berth.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.Stale = []berth.HeldCopy{{ID: "live", Incarnation: 1}, {ID: "paused", Incarnation: 7}, {ID: "starting"}, {ID: "pausing", Incarnation: 9}}
+	want.Stale = []berth.HeldCopy{{ID: "live", Boot: "b", Incarnation: 1}, {ID: "paused", Boot: "b", Incarnation: 7}, {ID: "starting"},
+		{ID: "pausing", Incarnation: 9}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("EndedSandboxes of a2 (-want +got):\n%s", diff)
 	}
@@ -452,11 +453,11 @@ func testHeldEnded(t *testing.T, s berth.Store) {
 	liveAndGone(t, s)
 	staleAndElsewhere(t, s)
 	mustCreate(t, s, sandbox("other", "acme", "a2", berth.SandboxRunning), T0)
-	hb := heartbeat("a1", 2048)
-	hb.Sandboxes = []berth.HeldSandbox{{ID: "live", Incarnation: 1}, {ID: "gone"}, {ID: "never-heard-of"},
+	hb1 := heartbeat("a1", 2048)
+	hb1.Sandboxes = []berth.HeldSandbox{{ID: "live", Incarnation: 1}, {ID: "gone"}, {ID: "never-heard-of"},
 		{ID: "new", Starting: true}, {ID: "moved", Incarnation: 4}, {ID: "paused", Incarnation: 5}, {ID: "pausing", Incarnation: 6}}
-	mustHeartbeat(t, s, hb, at(2*time.Second))
-	hb = heartbeat("a2", 2048)
+	mustHeartbeat(t, s, hb1, at(2*time.Second))
+	hb := heartbeat("a2", 2048)
 	hb.Sandboxes = []berth.HeldSandbox{{ID: "other"}, {ID: "a2-unknown"}}
 	mustHeartbeat(t, s, hb, at(2*time.Second))
 	held, got, err := s.HeldEnded(ctx, "a1")
@@ -467,9 +468,16 @@ func testHeldEnded(t *testing.T, s berth.Store) {
 		t.Errorf("HeldEnded held (-want +got):\n%s", diff)
 	}
 	want := berth.HeldCheck{Ended: []string{"gone", "never-heard-of"},
-		Stale: []berth.HeldCopy{{ID: "moved", Incarnation: 4}, {ID: "paused", Incarnation: 5}}}
+		Stale: []berth.HeldCopy{{ID: "moved", Boot: hb1.BootID, Incarnation: 4}, {ID: "paused", Boot: hb1.BootID, Incarnation: 5}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("HeldEnded (-want +got):\n%s", diff)
+	}
+	// A new boot's whole list replaces the held list, and its incarnations are that boot's.
+	hb1.BootID, hb1.Seq = "boot-2", 1
+	hb1.Sandboxes = []berth.HeldSandbox{{ID: "paused", Incarnation: 1}}
+	mustHeartbeat(t, s, hb1, at(3*time.Second))
+	if _, got, err := s.HeldEnded(ctx, "a1"); err != nil || !cmp.Equal(got.Stale, []berth.HeldCopy{{ID: "paused", Boot: "boot-2", Incarnation: 1}}) {
+		t.Errorf("HeldEnded after a new boot = %+v, %v; want paused as boot-2's incarnation 1", got, err)
 	}
 	if held, got, err := s.HeldEnded(ctx, "nobody"); err != nil || len(held)+len(got.Ended)+len(got.Stale) != 0 {
 		t.Errorf("HeldEnded of an unknown agent = %v, %+v, %v; want nothing", held, got, err)

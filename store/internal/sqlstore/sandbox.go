@@ -480,9 +480,13 @@ func (s *Store) ExpiringFirst(ctx context.Context, from berth.Expiry, limit int)
 }
 
 // HeldEnded implements berth.SandboxStore (AGT-6): one read of agentID's held list joined
-// with the sandboxes' states and agents, by agent_held's primary key and the sandboxes' one.
+// with the boot it belongs to and the sandboxes' states and agents, by agent_held's primary
+// key, the agents' and the sandboxes' one.
 func (s *Store) HeldEnded(ctx context.Context, agentID string) (held []string, c berth.HeldCheck, err error) {
-	rows, err := s.pool().query(ctx, `SELECT h.sandbox_id, h.incarnation, s.state, s.agent_id FROM agent_held h
+	// held_boot is the boot whose list agent_held holds, read in the same statement: the
+	// incarnations are numbered within it.
+	rows, err := s.pool().query(ctx, `SELECT h.sandbox_id, h.incarnation, a.held_boot, s.state, s.agent_id FROM agent_held h
+		JOIN agents a ON a.id = h.agent_id
 		LEFT JOIN sandboxes s ON s.id = h.sandbox_id
 		WHERE h.agent_id = ? AND NOT h.starting ORDER BY h.sandbox_id`, agentID)
 	if err != nil {
@@ -492,7 +496,7 @@ func (s *Store) HeldEnded(ctx context.Context, agentID string) (held []string, c
 	for rows.Next() {
 		var cp berth.HeldCopy
 		var state, owner sql.NullString
-		if err := rows.Scan(&cp.ID, &cp.Incarnation, &state, &owner); err != nil {
+		if err := rows.Scan(&cp.ID, &cp.Incarnation, &cp.Boot, &state, &owner); err != nil {
 			return nil, c, s.errorf("held sandboxes of %q: %w", agentID, err)
 		}
 		held = append(held, cp.ID)
