@@ -49,6 +49,26 @@ func (e *endedCalls) count() int {
 	return len(e.calls)
 }
 
+// stopEndedServer is a server on a fresh in-memory SQLite store, which it sees through wrap
+// (nil: as it is), whose clock reads *now (nil: the real clock). The store is returned too.
+func stopEndedServer(t *testing.T, wrap func(berth.Store) berth.Store, now *time.Time) (*Server, *sqlite.Store) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), ":memory:")
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	cfg := DefaultConfig()
+	cfg.NodeToken = "node-token"
+	if now != nil {
+		cfg.Clock = func() time.Time { return *now }
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	var seen berth.Store = st
+	if wrap != nil {
+		seen = wrap(st)
+	}
+	return New(cfg, seen), st
+}
+
 // TestAGT6_DeltaChecksWhatIsNew (issue 16, goal 2): a delta's AGT-6 check reads the store
 // only for the sandboxes no round has found live for the agent's boot, so an agent whose
 // sandboxes' working sets move costs no read per heartbeat. A sandbox the store does not know
@@ -56,15 +76,10 @@ func (e *endedCalls) count() int {
 // is stopped by the sweep (Config.HeldSweepEvery); another boot's findings count for nothing.
 func TestAGT6_DeltaChecksWhatIsNew(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:")
-	must(t, err)
-	t.Cleanup(func() { st.Close() })
 	now := time.Now()
-	cfg := DefaultConfig()
-	cfg.NodeToken, cfg.Clock = "node-token", func() time.Time { return now }
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	calls := &endedCalls{Store: st}
-	s := New(cfg, calls)
+	calls := &endedCalls{}
+	s, st := stopEndedServer(t, func(st berth.Store) berth.Store { calls.Store = st; return calls }, &now)
+	var err error
 	agent := newFakeAgent(t, "")
 	for _, id := range []string{"sb-1", "sb-2"} {
 		must(t, st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
@@ -183,14 +198,8 @@ func TestAGT6_ForgetsDepartedAgents(t *testing.T) {
 // Before, only terminal and unknown sandboxes were stopped: both copies ran on for good.
 func TestAGT6_StaleCopiesAreStoppedByIncarnation(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:")
-	must(t, err)
-	t.Cleanup(func() { st.Close() })
 	now := time.Now()
-	cfg := DefaultConfig()
-	cfg.NodeToken, cfg.Clock = "node-token", func() time.Time { return now }
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := New(cfg, st)
+	s, st := stopEndedServer(t, nil, &now)
 	agent := newFakeAgent(t, "")
 	for id, where := range map[string]struct {
 		agent string
@@ -203,7 +212,7 @@ func TestAGT6_StaleCopiesAreStoppedByIncarnation(t *testing.T) {
 	whole := berth.Heartbeat{AgentID: "a1", Address: agent.srv.URL, Status: berth.AgentActive, BootID: "b1", Seq: 1,
 		Sandboxes: []berth.HeldSandbox{{ID: "mine", Incarnation: 1}, {ID: "moved", Incarnation: 4},
 			{ID: "paused", Incarnation: 5}, {ID: "unnumbered"}}}
-	_, err = st.ApplyHeartbeat(ctx, whole, now) // the store's agent_held, which the sweep reads
+	_, err := st.ApplyHeartbeat(ctx, whole, now) // the store's agent_held, which the sweep reads
 	must(t, err)
 	round := func(what string, hb berth.Heartbeat, want ...string) {
 		t.Helper()
@@ -251,14 +260,8 @@ func runAgent(t *testing.T, id string) *agent.Agent {
 // b2's: before the stop named its boot, it did, and the resumed sandbox was gone from its host.
 func TestAGT6_AStaleStopSparesTheNextBootsCopy(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:")
-	must(t, err)
-	t.Cleanup(func() { st.Close() })
 	now := time.Now()
-	cfg := DefaultConfig()
-	cfg.NodeToken = "node-token"
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := New(cfg, st)
+	s, st := stopEndedServer(t, nil, nil)
 	b1, b2 := runAgent(t, "a1"), runAgent(t, "a1")
 	var cur atomic.Pointer[http.Handler]
 	h1, h2 := b1.Handler(), b2.Handler()
@@ -292,7 +295,7 @@ func TestAGT6_AStaleStopSparesTheNextBootsCopy(t *testing.T) {
 		Image: "sb-x/1", PausedAt: now, MemoryMiB: 256, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, "test", now))
 	hb := b1.Heartbeat(now)
 	hb.Address = host.URL
-	_, err = st.ApplyHeartbeat(ctx, hb, now)
+	_, err := st.ApplyHeartbeat(ctx, hb, now)
 	must(t, err)
 	s.stopEnded(hb)
 	waitUntil(t, "the round", func() (bool, string) { return !s.stopRounds.busy("a1"), "" })

@@ -170,33 +170,45 @@ func TestAPI4_ReplayOnAFullFleet(t *testing.T) {
 // two seconds here; issue 16 goal 2: heartbeats are deltas, and an unchanged sandbox is not
 // listed).
 func TestAGT6_AgentStopsWhatTheStoreEnded(t *testing.T) {
-	st := bootDev(t, func(c *devConfig) {
-		c.serverHook = func(s *server.Config) { s.HeldSweepEvery = 2 * time.Second }
-	})
+	st, c, sb := listedOnDev(t)
 	ctx := context.Background()
-	c := adminClient(st)
-	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "the agent to list the sandbox", func() (bool, string) {
-		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
-			if h.ID == sb.ID && !h.Starting {
-				return true, ""
-			}
-		}
-		return false, "not listed"
-	})
 	if _, err := st.Store.TransitionSandbox(ctx, sb.ID, nil, berth.SandboxLost, "lease expired (test)", "test", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, "the agent to stop the ended sandbox", func() (bool, string) {
+	waitListed(t, c, sb, false)
+}
+
+// listedOnDev boots berth dev sweeping every agent's held list every 2 s and creates one
+// sandbox, listed by its agent (waitListed).
+func listedOnDev(t *testing.T) (*devStack, *client.Client, berth.Sandbox) {
+	t.Helper()
+	st := bootDev(t, func(c *devConfig) {
+		c.serverHook = func(s *server.Config) { s.HeldSweepEvery = 2 * time.Second }
+	})
+	c := adminClient(st)
+	sb, err := c.CreateSandbox(context.Background(), berth.CreateRequest{Template: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitListed(t, c, sb, true)
+	return st, c, sb
+}
+
+// waitListed waits until sb's agent lists it, started and numbered (berth.HeldSandbox
+// Incarnation), or (listed false) no longer lists it: up to 10 s to be listed, 90 s to go.
+func waitListed(t *testing.T, c *client.Client, sb berth.Sandbox, listed bool) {
+	t.Helper()
+	what, within := "the agent to list "+sb.ID, 10*time.Second
+	if !listed {
+		what, within = "the agent to stop "+sb.ID, 90*time.Second
+	}
+	waitFor(t, within, what, func() (bool, string) {
 		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
 			if h.ID == sb.ID {
-				return false, "still held"
+				return listed && !h.Starting && h.Incarnation > 0, fmt.Sprintf("listed: %+v", h)
 			}
 		}
-		return true, ""
+		return !listed, "not listed"
 	})
 }
 
@@ -206,23 +218,8 @@ func TestAGT6_AgentStopsWhatTheStoreEnded(t *testing.T) {
 // end to end through a real agent's heartbeats, and its record stays paused. Before, the copy
 // ran on beside the paused record, and a resume elsewhere ran the tenant's code twice.
 func TestAGT6_AgentStopsACopyTheStorePlacesNowhere(t *testing.T) {
-	st := bootDev(t, func(c *devConfig) {
-		c.serverHook = func(s *server.Config) { s.HeldSweepEvery = 2 * time.Second }
-	})
+	st, c, sb := listedOnDev(t)
 	ctx := context.Background()
-	c := adminClient(st)
-	sb, err := c.CreateSandbox(ctx, berth.CreateRequest{Template: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "the agent to list the sandbox with its incarnation", func() (bool, string) {
-		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
-			if h.ID == sb.ID && !h.Starting && h.Incarnation > 0 {
-				return true, ""
-			}
-		}
-		return false, "not listed"
-	})
 	now := time.Now()
 	moved, err := st.Store.MoveSandbox(ctx, sb.ID, []berth.SandboxState{berth.SandboxRunning},
 		berth.SandboxMove{To: berth.SandboxPaused, ExpiresAt: sb.ExpiresAt, PausedAt: now, Image: sb.ID + "/1"},
@@ -230,14 +227,7 @@ func TestAGT6_AgentStopsACopyTheStorePlacesNowhere(t *testing.T) {
 	if err != nil || !moved {
 		t.Fatalf("record paused: %v, %v", moved, err)
 	}
-	waitFor(t, 90*time.Second, "the agent to stop its copy", func() (bool, string) {
-		for _, h := range agentByID(t, c, sb.AgentID).Sandboxes {
-			if h.ID == sb.ID {
-				return false, "still held"
-			}
-		}
-		return true, ""
-	})
+	waitListed(t, c, sb, false)
 	got, err := c.Sandbox(ctx, sb.ID)
 	if err != nil || got.State != berth.SandboxPaused {
 		t.Fatalf("after its stale copy stopped: %+v, %v; want still paused", got, err)
