@@ -231,6 +231,10 @@ type guest struct {
 	// incarnation is this copy's number (berth.HeldSandbox.Incarnation): set when it is
 	// booked, moved on when a create re-confirms it (reconfirmLocked).
 	incarnation int64
+	// stopped is closed, with stopErr set, when the delete that set deleting has its
+	// runtime's answer: a second delete waits for it (DeleteIncarnation).
+	stopped chan struct{}
+	stopErr error
 }
 
 // Agent is one host agent. Create it with New, then Run it.

@@ -62,12 +62,22 @@ func (f *fakeRuntime) Measure(id string) (Measurement, error) {
 
 func newTestAgent(t *testing.T, mode string, memMiB int64, rt *fakeRuntime) *Agent {
 	t.Helper()
+	return newAgentOn(t, mode, memMiB, rt, nil)
+}
+
+// newAgentOn is newTestAgent on any runtime, its config changed by mutate (nil: none) before
+// the agent is made.
+func newAgentOn(t *testing.T, mode string, memMiB int64, rt Runtime, mutate func(*Config)) *Agent {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ID = "a1"
 	cfg.Admission = mode
 	cfg.MemoryMiB = memMiB
 	cfg.HeadroomMiB = 0
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	a, err := New(cfg, rt)
 	if err != nil {
 		t.Fatal(err)

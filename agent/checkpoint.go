@@ -92,6 +92,9 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 			keep()
 			return res, berth.Errorf(berth.EUnavailable, "checkpoint of %s failed; it runs on here: %v", id, err)
 		}
+		if !a.ours(id, g) { // a delete stopped it mid-save: it is gone, and not as a failure
+			return res, berth.Errorf(berth.ESandboxNotFound, "sandbox %s was deleted during the checkpoint", id)
+		}
 		reason := "checkpoint failed and the sandbox died: " + err.Error()
 		a.end(context.WithoutCancel(ctx), id, berth.SandboxFailed, reason, time.Now())
 		return res, berth.Errorf(berth.ESandboxNotFound, "%s", reason)
@@ -102,19 +105,7 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 	start = time.Now()
 	st, err := snapshot.WriteDir(ctx, a.cfg.SnapshotStore, image, dir) // out of time or gone: fails, restored below
 	if err != nil {
-		// The guest is stopped but its image is here: bring it back rather than lose it.
-		vol, _ := a.volumeDir(spec.Volume)
-		restore, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		if rerr := a.ckpt.Restore(restore, Spec{ID: id, Template: spec.Template, MemoryMiB: spec.MemoryMiB,
-			VCPUs: spec.VCPUs, VolumeDir: vol}, dir); rerr != nil {
-			reason := fmt.Sprintf("its image could not be stored (%v) and the local restore failed: %v", err, rerr)
-			a.forget(id, g)
-			a.queueEnded(id, berth.SandboxFailed, reason, time.Now())
-			return res, berth.Errorf(berth.ESandboxNotFound, "%s", reason)
-		}
-		keep()
-		return res, berth.Errorf(berth.EUnavailable, "the image of %s could not be stored; it was restored here and runs on: %v", id, err)
+		return res, a.restoreAfterUpload(ctx, id, g, spec, dir, err, keep)
 	}
 	res.UploadMS = time.Since(start).Milliseconds()
 	res.StoredBytes, res.ZeroChunks = st.BytesMoved, st.ZeroChunks
@@ -125,15 +116,56 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 	return res, nil
 }
 
-// forget drops guest g from the books if it is still the record of id, and the runtime id
-// a warm guest served it as (its runtime stopped it already).
-func (a *Agent) forget(id string, g *guest) {
-	a.mu.Lock()
-	if a.guests[id] == g {
-		delete(a.guests, id)
-		a.warm.ids.drop(id)
+// restoreAfterUpload brings guest g of sandbox id (booked as spec) back from its local image
+// in dir when the upload failed (upErr) — the guest is stopped but its image is here — and
+// answers for the checkpoint: unavailable when it runs on (keep clears its checkpointing mark), not found when
+// it could not be restored (it ended, failed, reported on the next heartbeat) or was deleted
+// while it was saved or uploaded. A deleted copy is not restored, and one deleted during the
+// restore is stopped again: else it ran on with nothing booked for it, unlisted, with no TTL
+// (an attack). Only the copy still booked is reported ended: a new copy of the id booked
+// since must not be ended by its predecessor's report (an attack).
+func (a *Agent) restoreAfterUpload(ctx context.Context, id string, g *guest, spec berth.AgentCreate, dir string, upErr error, keep func()) error {
+	deleted := berth.Errorf(berth.ESandboxNotFound, "sandbox %s was deleted during the checkpoint", id)
+	if !a.ours(id, g) {
+		return deleted
 	}
-	a.mu.Unlock()
+	vol, _ := a.volumeDir(spec.Volume)
+	restore, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if rerr := a.ckpt.Restore(restore, Spec{ID: id, Template: spec.Template, MemoryMiB: spec.MemoryMiB,
+		VCPUs: spec.VCPUs, VolumeDir: vol}, dir); rerr != nil {
+		reason := fmt.Sprintf("its image could not be stored (%v) and the local restore failed: %v", upErr, rerr)
+		if a.forget(id, g) {
+			a.queueEnded(id, berth.SandboxFailed, reason, time.Now())
+		}
+		return berth.Errorf(berth.ESandboxNotFound, "%s", reason)
+	}
+	if !a.ours(id, g) {
+		_ = a.rt.Stop(restore, id)
+		return deleted
+	}
+	keep()
+	return berth.Errorf(berth.EUnavailable, "the image of %s could not be stored; it was restored here and runs on: %v", id, upErr)
+}
+
+// ours reports whether guest g is still the booked copy of id and no delete is stopping it.
+func (a *Agent) ours(id string, g *guest) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.guests[id] == g && !g.deleting
+}
+
+// forget drops guest g from the books if it is still the record of id, and the runtime id
+// a warm guest served it as (its runtime stopped it already); it reports whether it did.
+func (a *Agent) forget(id string, g *guest) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.guests[id] != g {
+		return false
+	}
+	delete(a.guests, id)
+	a.warm.ids.drop(id)
+	return true
 }
 
 // queueEnded reports a guest that is already gone on the next heartbeat.

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,9 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob"
 
 	"github.com/berth-dev/berth"
 )
@@ -42,11 +37,6 @@ func (c *ckptRuntime) Ping(ctx context.Context, id string) error { return nil }
 // Uploaded after the server gave up, the image would stop the guest behind the server's back
 // (the sweeper could have recorded it running; it would end lost, its image orphaned).
 func TestPAUSE1_CheckpointEndsBeforeTheServerStopsWaiting(t *testing.T) {
-	bucket, err := blob.OpenBucket(context.Background(), "file://"+t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bucket.Close() })
 	const wait = 300 * time.Millisecond
 	cut := make(chan error, 1)
 	rt := &ckptRuntime{fakeRuntime: &fakeRuntime{}, checkpoint: func(ctx context.Context, id string) error {
@@ -54,22 +44,14 @@ func TestPAUSE1_CheckpointEndsBeforeTheServerStopsWaiting(t *testing.T) {
 		cut <- ctx.Err()
 		return nil
 	}}
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Admission, cfg.MemoryMiB, cfg.HeadroomMiB = "a1", berth.AdmissionCommitted, 4096, 0
-	cfg.NodeToken, cfg.SnapshotStore, cfg.SnapshotDir = "node-token", bucket, t.TempDir()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := New(cfg, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.ln.Close() })
+	a := newCkptAgent(t, rt)
 	if err := create(a, "s1", 256); err != nil {
 		t.Fatal(err)
 	}
 
 	req := httptest.NewRequest(http.MethodPost, "/internal/sandboxes/s1/checkpoint", strings.NewReader(`{"image":"s1/1"}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(berth.HeaderAgentCall, berth.AgentCallToken(cfg.NodeToken, cfg.ID, a.addr))
+	req.Header.Set(berth.HeaderAgentCall, berth.AgentCallToken(a.cfg.NodeToken, a.cfg.ID, a.addr))
 	req.Header.Set(berth.HeaderTimeout, strconv.FormatInt(wait.Milliseconds(), 10))
 	rec := httptest.NewRecorder()
 	a.Handler().ServeHTTP(rec, req)
@@ -80,7 +62,7 @@ func TestPAUSE1_CheckpointEndsBeforeTheServerStopsWaiting(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "runs on") {
 		t.Errorf("answer %d %s; want 503 saying the guest runs on", rec.Code, rec.Body)
 	}
-	if ok, err := bucket.Exists(context.Background(), "s1/1/files.json"); err != nil || ok {
+	if ok, err := a.cfg.SnapshotStore.Exists(context.Background(), "s1/1/files.json"); err != nil || ok {
 		t.Errorf("the image was stored after the server's wait (%v); want no upload", err)
 	}
 	if n := rt.restores.Load(); n != 1 {

@@ -133,8 +133,8 @@ func TestAGT6_AStaleStopOfAnotherBootStopsNothing(t *testing.T) {
 
 // TestAGT6_AStaleStopSentTwiceSparesTheNextCopy (an attack): a stale stop sent again while
 // the first is still stopping the copy (the server gave up waiting on a slow runtime stop)
-// leaves it to the first, and a create of the id meanwhile is refused, so no new copy is
-// booked under a stop in flight. Before, the second stop forgot the copy, a resume booked a
+// waits for the first's answer, and a create of the id meanwhile is refused, so no new copy
+// is booked under a stop in flight. Before, the second stop forgot the copy, a resume booked a
 // new one, and the first stop, returning, took the new copy off the books: it ran on with no
 // TTL, unlisted, its row later lost.
 func TestAGT6_AStaleStopSentTwiceSparesTheNextCopy(t *testing.T) {
@@ -155,15 +155,17 @@ func TestAGT6_AStaleStopSentTwiceSparesTheNextCopy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.DeleteIncarnation(ctx, "s1", a.bootID, stale) }()
 	<-stopping
-	if err := a.DeleteIncarnation(ctx, "s1", a.bootID, stale); err != nil {
-		t.Fatalf("the same stop again, while the first runs: %v; want nil, left to the first", err)
-	}
+	again := make(chan error, 1)
+	go func() { again <- a.DeleteIncarnation(ctx, "s1", a.bootID, stale) }() // waits for the first's answer
 	if err := create(a, "s1", 512); berth.ErrorCode(err) != berth.EConflict {
 		t.Fatalf("a create while the first stop runs: %v; want conflict", err)
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if err := <-again; err != nil {
+		t.Fatalf("the same stop again, sent while the first ran: %v; want nil, the first's answer", err)
 	}
 	if incarnationOf(a, "s1") != 0 || rt.stops("s1") != 1 {
 		t.Fatalf("after the first stop: listed incarnation %d, runtime stops %d; want gone, stopped once", incarnationOf(a, "s1"), rt.stops("s1"))

@@ -45,7 +45,7 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		return err
 	}
 	a.mu.Lock()
-	held, err := a.reconfirmLocked(c.ID)
+	held, err := a.reconfirmLocked(c)
 	a.mu.Unlock()
 	if held {
 		return err
@@ -75,7 +75,7 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 		a.mu.Unlock()
 		return berth.Errorf(berth.ENoCapacity, "agent %s: memory pressure closed intake (ADM-8)", a.cfg.ID)
 	}
-	if held, err := a.reconfirmLocked(c.ID); held {
+	if held, err := a.reconfirmLocked(c); held {
 		a.mu.Unlock()
 		return err
 	}
@@ -178,53 +178,91 @@ func (a *Agent) Delete(ctx context.Context, id string) error {
 
 // DeleteIncarnation is Delete of one copy only (AGT-6): with inc > 0 it stops sandbox id only
 // while the copy here is incarnation inc of boot (berth.HeldSandbox.Incarnation), the copy a
-// server found stale. A copy booked or re-confirmed by a create since, or an agent of another
-// boot (incarnations restart with each), is not stopped: conflict. No copy here is not an
+// server found stale. A copy booked or re-confirmed by a create since, an agent of another
+// boot (incarnations restart with each), or a copy being checkpointed (its checkpoint ends it
+// or keeps it; a later stop finds out which) is not stopped: conflict. No copy here is not an
 // error, and nothing is stopped. inc 0 is any copy, as Delete. A copy another delete is
-// stopping already is left to it (nil): that one takes it off the books once the runtime
-// stopped it, and until then a create of the id is refused (reconfirmLocked), so no new copy
-// is booked under a stop still in flight. When the runtime fails to stop it, the copy stays
-// booked and a later delete tries again.
+// stopping already is that delete's: this one waits for its answer, and when that stop failed
+// (its caller went away, say) tries itself, up to stopTries in all, so no delete answers
+// before the copy is stopped; meanwhile a create of the id is refused (reconfirmLocked), so
+// no new copy is booked under a stop in flight. When the runtime fails to stop it, the copy
+// stays booked and a later delete tries again.
 func (a *Agent) DeleteIncarnation(ctx context.Context, id, boot string, inc int64) error {
+	var err error
+	for range stopTries {
+		var waited bool
+		if waited, err = a.deleteOnce(ctx, id, boot, inc); !waited || err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// stopTries bounds DeleteIncarnation's tries when other deletes' stops keep failing.
+const stopTries = 3
+
+// deleteOnce is one try of DeleteIncarnation; waited reports that another delete was stopping
+// the copy, and err is that delete's answer.
+func (a *Agent) deleteOnce(ctx context.Context, id, boot string, inc int64) (waited bool, err error) {
 	a.mu.Lock()
 	g, ok := a.guests[id]
 	switch {
 	case inc > 0 && boot != a.bootID:
 		a.mu.Unlock()
-		return berth.Errorf(berth.EConflict, "agent %s is boot %s now, not %s: its copies are numbered anew, so none is stopped",
+		return false, berth.Errorf(berth.EConflict, "agent %s is boot %s now, not %s: its copies are numbered anew, so none is stopped",
 			a.cfg.ID, a.bootID, boot)
 	case inc > 0 && !ok:
 		a.mu.Unlock()
-		return nil
+		return false, nil
 	case inc > 0 && g.incarnation != inc:
 		cur := g.incarnation
 		a.mu.Unlock()
-		return berth.Errorf(berth.EConflict, "sandbox %s on agent %s is incarnation %d, not %d: placed here again since, so it is not stopped",
+		return false, berth.Errorf(berth.EConflict, "sandbox %s on agent %s is incarnation %d, not %d: placed here again since, so it is not stopped",
 			id, a.cfg.ID, cur, inc)
-	case ok && g.deleting:
+	case inc > 0 && g.checkpointing && !g.deleting:
 		a.mu.Unlock()
-		return nil
+		return false, berth.Errorf(berth.EConflict, "sandbox %s on agent %s is being checkpointed: not stopped now", id, a.cfg.ID)
+	case ok && g.deleting:
+		stopped := g.stopped
+		a.mu.Unlock()
+		return true, a.awaitStop(ctx, id, g, stopped)
 	case ok:
 		// Its exit from here on is this delete's, not a crash: the measure loop must not
 		// report it failed while the runtime stops it (gVisor takes ~60 ms).
-		g.deleting = true
+		g.deleting, g.stopped, g.stopErr = true, make(chan struct{}), nil
 	}
 	a.mu.Unlock()
-	err := a.rt.Stop(ctx, id)
+	err = a.rt.Stop(ctx, id)
 	if err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+		err = fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
+	} else {
+		err = nil
+	}
+	if ok {
 		a.mu.Lock()
-		if ok && a.guests[id] == g {
+		if err != nil {
 			g.deleting = false // still booked: the next delete stops it again
+		} else if a.guests[id] == g {
+			delete(a.guests, id)
 		}
+		g.stopErr = err
+		close(g.stopped)
 		a.mu.Unlock()
-		return fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
+	}
+	return false, err
+}
+
+// awaitStop waits for the delete stopping guest g of id (stopped closes with its answer) and
+// returns that answer; ctx ending first is unavailable.
+func (a *Agent) awaitStop(ctx context.Context, id string, g *guest, stopped chan struct{}) error {
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		return berth.Errorf(berth.EUnavailable, "sandbox %s: a delete already in progress did not finish in time: %v", id, ctx.Err())
 	}
 	a.mu.Lock()
-	if ok && a.guests[id] == g {
-		delete(a.guests, id)
-	}
-	a.mu.Unlock()
-	return nil
+	defer a.mu.Unlock()
+	return g.stopErr
 }
 
 // nextIncarnationLocked numbers a copy being booked or re-confirmed: from 1, never reused
@@ -234,20 +272,27 @@ func (a *Agent) nextIncarnationLocked() int64 {
 	return a.incarnations
 }
 
-// reconfirmLocked is a create for id when the agent may hold it already (the scheduler
-// retried, or a resume landed on a copy left here): held reports whether it does. A held
-// copy is re-confirmed, with a new incarnation, so a server's stop of it as stale, sent
-// before this create and still on its way, spares it (DeleteIncarnation). A copy being
-// deleted cannot be: conflict, and the create goes to another host.
-func (a *Agent) reconfirmLocked(id string) (held bool, err error) {
-	g, ok := a.guests[id]
+// reconfirmLocked is create c when the agent may hold its sandbox already (the scheduler
+// retried, or a placement landed on a copy left here): held reports whether it does. A held
+// copy is re-confirmed, with a new incarnation and the create's TTL, so a server's stop of it
+// as stale, sent before this create and still on its way, spares it (DeleteIncarnation). A
+// copy being deleted cannot be, nor can a restore land on a copy: conflict, and the placement
+// goes to another host. A restore starts from its image, the state the tenant paused; a copy
+// left here from before (a checkpoint whose answer was lost) ran on past it, and AGT-6 stops
+// it (an attack: adopting it kept its old TTL and its later state).
+func (a *Agent) reconfirmLocked(c berth.AgentCreate) (held bool, err error) {
+	g, ok := a.guests[c.ID]
 	switch {
 	case !ok:
 		return false, nil
 	case g.deleting:
-		return true, berth.Errorf(berth.EConflict, "sandbox %s is being stopped on agent %s", id, a.cfg.ID)
+		return true, berth.Errorf(berth.EConflict, "sandbox %s is being stopped on agent %s", c.ID, a.cfg.ID)
+	case c.RestoreImage != "":
+		return true, berth.Errorf(berth.EConflict, "a copy of sandbox %s already runs on agent %s: it is restored elsewhere, and this copy is stopped",
+			c.ID, a.cfg.ID)
 	}
 	g.incarnation = a.nextIncarnationLocked()
+	g.expires = ttlEnd(c, time.Now())
 	return true, nil
 }
 
