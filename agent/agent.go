@@ -226,8 +226,10 @@ type guest struct {
 	// checkpointing is set while a checkpoint runs: the runtime stops the guest at its end,
 	// which is not an exit, and no TTL or eviction may end it meanwhile.
 	checkpointing bool
-	// deleting is set while a delete stops it: likewise not an exit.
+	// deleting is set while a delete, or the agent ending it, stops it: likewise not an exit
+	// (claimLocked); stopWhy says which.
 	deleting bool
+	stopWhy  string
 	// incarnation is this copy's number (berth.HeldSandbox.Incarnation): set when it is
 	// booked, moved on when a create re-confirms it (reconfirmLocked).
 	incarnation int64

@@ -96,7 +96,7 @@ func (a *Agent) Checkpoint(ctx context.Context, id, image string) (berth.Checkpo
 			return res, berth.Errorf(berth.ESandboxNotFound, "sandbox %s was deleted during the checkpoint", id)
 		}
 		reason := "checkpoint failed and the sandbox died: " + err.Error()
-		a.end(context.WithoutCancel(ctx), id, berth.SandboxFailed, reason, time.Now())
+		a.end(context.WithoutCancel(ctx), id, g, berth.SandboxFailed, reason, time.Now())
 		return res, berth.Errorf(berth.ESandboxNotFound, "%s", reason)
 	}
 	res.CheckpointMS = time.Since(start).Milliseconds()

@@ -305,7 +305,8 @@ func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 // runtimeErr turns a runtime failure without a code (the sandbox's init died: deleted,
 // OOM-killed, crashed) into one a client can act on, and logs the cause, which would
 // otherwise be lost behind "internal error" (API-2: a sandbox's state is never a 500): 404
-// sandbox_not_found when a delete stopped it or it is gone, else 409 conflict.
+// sandbox_not_found when a delete (or the agent ending it) stopped it or it is gone, else 409
+// conflict.
 func (a *Agent) runtimeErr(id, op string, err error) error {
 	if code := berth.ErrorCode(err); code != berth.EInternal {
 		return err
@@ -313,10 +314,13 @@ func (a *Agent) runtimeErr(id, op string, err error) error {
 	a.log.Warn("runtime call failed", "sandbox", id, "op", op, "err", err)
 	a.mu.Lock()
 	g, ok := a.guests[id]
-	deleting := ok && g.deleting
+	why := ""
+	if ok && g.deleting {
+		why = g.stopWhy
+	}
 	a.mu.Unlock()
-	if deleting { // a delete stops it while the call ran: not the init's death
-		return berth.Errorf(berth.ESandboxNotFound, "sandbox %s was deleted during the %s", id, op)
+	if why != "" { // a delete, or its TTL or an eviction, stops it while the call ran: not the init's death
+		return berth.Errorf(berth.ESandboxNotFound, "sandbox %s was %s during the %s", id, why, op)
 	}
 	if a.held(id) != nil {
 		return berth.Errorf(berth.ESandboxNotFound, "sandbox %s ended during the %s", id, op)

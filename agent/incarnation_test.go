@@ -218,3 +218,42 @@ func TestAGT6_DeleteIncarnationOverHTTP(t *testing.T) {
 		t.Fatal("its own incarnation was not stopped")
 	}
 }
+
+// TestEndActsOnItsCopyOnly (found reviewing the attacks' fixes): the agent's own end of a
+// copy — its TTL, its exit, an eviction, a failed checkpoint, each decided on a snapshot of the
+// books — stops and reports that copy only. One deleted meanwhile, and a new copy of the id
+// booked since, is neither stopped nor reported ended (the store would end the new copy's
+// row). Before, end stopped and reported by id.
+func TestEndActsOnItsCopyOnly(t *testing.T) {
+	rt := &fakeRuntime{}
+	a := newTestAgent(t, berth.AdmissionCommitted, 4096, rt)
+	ctx := context.Background()
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	old := a.guests["s1"] // what the measure loop saw: past its TTL
+	a.mu.Unlock()
+	if err := a.Delete(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(a, "s1", 512); err != nil {
+		t.Fatal(err)
+	}
+	next := incarnationOf(a, "s1")
+	a.end(ctx, "s1", old, berth.SandboxStopped, "ttl", time.Now())
+	if incarnationOf(a, "s1") != next || rt.stops("s1") != 1 {
+		t.Fatalf("the old copy's end: listed incarnation %d (want %d), runtime stops %d (want the delete's 1)",
+			incarnationOf(a, "s1"), next, rt.stops("s1"))
+	}
+	if ended := a.Heartbeat(time.Now()).Ended; len(ended) != 0 {
+		t.Fatalf("the old copy's end reported %+v; want nothing: the new copy runs", ended)
+	}
+	a.mu.Lock()
+	cur := a.guests["s1"]
+	a.mu.Unlock()
+	a.end(ctx, "s1", cur, berth.SandboxStopped, "ttl", time.Now())
+	if ended := a.Heartbeat(time.Now()).Ended; len(ended) != 1 || ended[0].ID != "s1" || incarnationOf(a, "s1") != 0 {
+		t.Fatalf("the current copy's end: reported %+v, still listed %v; want it ended", ended, incarnationOf(a, "s1") != 0)
+	}
+}

@@ -227,29 +227,47 @@ func (a *Agent) deleteOnce(ctx context.Context, id, boot string, inc int64) (wai
 		a.mu.Unlock()
 		return true, a.awaitStop(ctx, id, g, stopped)
 	case ok:
-		// Its exit from here on is this delete's, not a crash: the measure loop must not
-		// report it failed while the runtime stops it (gVisor takes ~60 ms).
-		g.deleting, g.stopped, g.stopErr = true, make(chan struct{}), nil
+		claimLocked(g, "deleted")
 	}
 	a.mu.Unlock()
-	err = a.rt.Stop(ctx, id)
-	if err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
-		err = fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
-	} else {
-		err = nil
+	if !ok {
+		return false, a.runtimeStop(ctx, id) // no copy booked: a runtime guest left under the id, if any
 	}
-	if ok {
-		a.mu.Lock()
-		if err != nil {
-			g.deleting = false // still booked: the next delete stops it again
-		} else if a.guests[id] == g {
-			delete(a.guests, id)
-		}
-		g.stopErr = err
-		close(g.stopped)
-		a.mu.Unlock()
+	return false, a.stopClaimed(ctx, id, g)
+}
+
+// claimLocked marks copy g as being stopped, for why ("deleted", or how the agent ended it):
+// its exit from here on is the stop's, not a crash (the measure loop must not report it failed
+// while the runtime stops it; gVisor takes ~60 ms), a call cut short by it says why
+// (runtimeErr), a create of its id is refused, and another delete waits for this stop's
+// answer. stopClaimed ends the claim.
+func claimLocked(g *guest, why string) {
+	g.deleting, g.stopWhy, g.stopped, g.stopErr = true, why, make(chan struct{}), nil
+}
+
+// stopClaimed stops copy g of id, claimed by claimLocked, and gives the deletes waiting on it
+// its answer: stopped, the copy leaves the books; not stopped (the runtime failed), it stays
+// booked and unclaimed for a later stop to try again.
+func (a *Agent) stopClaimed(ctx context.Context, id string, g *guest) error {
+	err := a.runtimeStop(ctx, id)
+	a.mu.Lock()
+	if err != nil {
+		g.deleting = false
+	} else if a.guests[id] == g {
+		delete(a.guests, id)
 	}
-	return false, err
+	g.stopErr = err
+	close(g.stopped)
+	a.mu.Unlock()
+	return err
+}
+
+// runtimeStop has the runtime stop guest id; one it does not know is not an error.
+func (a *Agent) runtimeStop(ctx context.Context, id string) error {
+	if err := a.rt.Stop(ctx, id); err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+		return fmt.Errorf("agent %s: stop %s: %w", a.cfg.ID, id, err)
+	}
+	return nil
 }
 
 // awaitStop waits for the delete stopping guest g of id (stopped closes with its answer) and
@@ -325,6 +343,7 @@ func (a *Agent) measureLoop(ctx context.Context) {
 func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 	type job struct {
 		id      string
+		g       *guest
 		expired bool
 	}
 	a.mu.Lock()
@@ -333,7 +352,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 		if !g.started || g.checkpointing || g.deleting {
 			continue
 		}
-		jobs = append(jobs, job{id, !g.expires.IsZero() && !now.Before(g.expires)})
+		jobs = append(jobs, job{id, g, !g.expires.IsZero() && !now.Before(g.expires)})
 	}
 	a.mu.Unlock()
 
@@ -342,7 +361,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 			continue // its stop is the checkpoint's, not an exit; its TTL waits
 		}
 		if j.expired {
-			a.end(ctx, j.id, berth.SandboxStopped, "ttl", now)
+			a.end(ctx, j.id, j.g, berth.SandboxStopped, "ttl", now)
 			continue
 		}
 		m, err := a.rt.Measure(j.id)
@@ -366,7 +385,7 @@ func (a *Agent) measureOnce(ctx context.Context, now time.Time) {
 			if m.OOMKills > 0 {
 				reason = "killed by the kernel OOM killer"
 			}
-			a.end(ctx, j.id, berth.SandboxFailed, reason, now)
+			a.end(ctx, j.id, j.g, berth.SandboxFailed, reason, now)
 			continue
 		}
 		clamped, bad := admission.ClampResident(m.ResidentMiB, a.cfg.MemoryMiB)
@@ -459,18 +478,26 @@ func (a *Agent) evictIfCritical(ctx context.Context, now time.Time) {
 	reason := fmt.Sprintf("memory critical (available %d MiB, floor %d MiB, pressure %.1f%%): evicted the largest stateless sandbox (%d MiB)",
 		avail, a.cfg.EvictFloorMiB, pressure, victim.resident)
 	a.log.Warn("evicting (ADM-9)", "sandbox", victim.spec.ID, "reason", reason)
-	a.end(ctx, victim.spec.ID, berth.SandboxEvicted, reason, now)
+	a.end(ctx, victim.spec.ID, victim, berth.SandboxEvicted, reason, now)
 }
 
-// end stops a guest the agent decided to end and queues the transition for the next
-// heartbeat (repeated until one is accepted).
-func (a *Agent) end(ctx context.Context, id string, state berth.SandboxState, reason string, now time.Time) {
-	if err := a.rt.Stop(ctx, id); err != nil && berth.ErrorCode(err) != berth.ESandboxNotFound {
+// end stops copy g of id, which the agent decided to end, and queues the transition for the
+// next heartbeat (repeated until one is accepted). It acts only on that copy, and only while
+// no delete is stopping it: a copy deleted meanwhile is the delete's, and a new copy of the id
+// booked since must not be stopped nor reported ended by its predecessor's end (an attack).
+func (a *Agent) end(ctx context.Context, id string, g *guest, state berth.SandboxState, reason string, now time.Time) {
+	a.mu.Lock()
+	if a.guests[id] != g || g.deleting {
+		a.mu.Unlock()
+		return
+	}
+	claimLocked(g, fmt.Sprintf("%s (%s)", state, reason))
+	a.mu.Unlock()
+	if err := a.stopClaimed(ctx, id, g); err != nil {
 		a.log.Warn("stop", "sandbox", id, "reason", reason, "err", err)
 		return
 	}
 	a.mu.Lock()
-	delete(a.guests, id)
 	a.ended = append(a.ended, berth.EndedSandbox{ID: id, State: state, Reason: reason, At: now.UTC()})
 	a.mu.Unlock()
 	a.log.Info("sandbox ended", "sandbox", id, "state", state, "reason", reason)

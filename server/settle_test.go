@@ -116,11 +116,7 @@ func TestPAUSE1_SettleStoredAndListed(t *testing.T) {
 	check := func(when string, want map[string]berth.SandboxState) {
 		t.Helper()
 		h.s.settleCheckpoints(ctx)
-		for id, st := range want {
-			if sb, err := h.st.Sandbox(ctx, id); err != nil || sb.State != st {
-				t.Errorf("%s: %s is %s (%s), %v; want %s", when, id, sb.State, sb.Reason, err, st)
-			}
-		}
+		wantStates(t, h.st, when, want)
 	}
 
 	now = t0.Add(2*time.Minute + 5*time.Second) // past the grace; the lists are from before it
@@ -147,11 +143,8 @@ func TestPAUSE1_AbandonedResumeWaitsForItsDelete(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
 	ctx := context.Background()
 	a := newFakeAgent(t, "")
-	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-resume", Template: "python", Tenant: "acme", AgentID: "a1",
-		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-resume/1"}, "test", now))
-	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now}, now)
-	must(t, err)
+	putResuming(t, h.st, "sb-resume", now)
+	beatA1(t, h.st, a.srv.URL, now)
 	now = now.Add(90 * time.Second)
 	other := make(chan struct{})
 	h.s.sweepDeletes.run("a1", "other", func() { <-other }, nil) // another sweeper delete to a1 is in flight
@@ -217,12 +210,7 @@ func TestSweepSettlesPastTheFirstPage(t *testing.T) {
 		"young-starting-0000": berth.SandboxStarting, "young-stopping-0999": berth.SandboxStopping,
 		"young-pausing-0500": berth.SandboxPausing,
 	}
-	for id, st := range want {
-		sb, err := h.st.Sandbox(ctx, id)
-		if err != nil || sb.State != st {
-			t.Errorf("%s is %s (%s), %v; want %s", id, sb.State, sb.Reason, err, st)
-		}
-	}
+	wantStates(t, h.st, "after the sweep", want)
 }
 
 // TestPAUSE1_SnapshotStoreThatCannotTellLosesNothing: an abandoned pause is settled by whether
@@ -287,6 +275,48 @@ func (b *faultyBucket) Attributes(ctx context.Context, key string) (*driver.Attr
 func (*faultyBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Internal }
 func (*faultyBucket) Close() error                       { return nil }
 
+// putResuming records sandbox id resuming on agent a1 at now, with image id/1.
+func putResuming(t *testing.T, st berth.Store, id string, now time.Time) {
+	t.Helper()
+	must(t, st.CreateSandbox(context.Background(), berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
+		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+}
+
+// beatA1 records a heartbeat of agent a1 at addr, received at now, listing held.
+func beatA1(t *testing.T, st berth.Store, addr string, now time.Time, held ...berth.HeldSandbox) {
+	t.Helper()
+	_, err := st.ApplyHeartbeat(context.Background(), berth.Heartbeat{AgentID: "a1", Address: addr, Status: berth.AgentActive,
+		IntakeOpen: true, HeartbeatAt: now, Sandboxes: held}, now)
+	must(t, err)
+}
+
+// fillDeleteSlots takes every slot of s's sweeper deletes with other agents' calls, which
+// hold them until the returned release is called.
+func fillDeleteSlots(s *Server) (release func()) {
+	full := make(chan struct{})
+	for i := range maxStopRounds {
+		s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
+	}
+	return func() { close(full) }
+}
+
+// withSnapshotBudget sets snapshotRoundBudget to d for the test.
+func withSnapshotBudget(t *testing.T, d time.Duration) {
+	old := snapshotRoundBudget
+	snapshotRoundBudget = d
+	t.Cleanup(func() { snapshotRoundBudget = old })
+}
+
+// wantStates checks that each sandbox of want is in its state in st; what names the moment.
+func wantStates(t *testing.T, st berth.Store, what string, want map[string]berth.SandboxState) {
+	t.Helper()
+	for id, state := range want {
+		if sb, err := st.Sandbox(context.Background(), id); err != nil || sb.State != state {
+			t.Errorf("%s: %s is %s (%s), %v; want %s", what, id, sb.State, sb.Reason, err, state)
+		}
+	}
+}
+
 // settleWithSnapshots puts n abandoned pauses and snapshot moves (sb-0, sb-1, …: images sb-N/1, their
 // agent not listing them) past their grace on a harness whose snapshot store is b.
 func settleWithSnapshots(t *testing.T, b driver.Bucket, n int) *harness {
@@ -322,9 +352,7 @@ func settleWithSnapshots(t *testing.T, b driver.Bucket, n int) *harness {
 // questions of a quarter each, whatever the number of rows. The pauses wait, pausing, with
 // their images.
 func TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce(t *testing.T) {
-	old := snapshotRoundBudget
-	snapshotRoundBudget = 80 * time.Millisecond
-	t.Cleanup(func() { snapshotRoundBudget = old })
+	withSnapshotBudget(t, 80*time.Millisecond)
 	b := &faultyBucket{hang: true}
 	const rows = 8
 	h := settleWithSnapshots(t, b, rows)
@@ -347,18 +375,12 @@ func TestPAUSE1_AHangingSnapshotStoreHoldsOneRoundOnce(t *testing.T) {
 // hangs on — the oldest row, asked first every round — took the whole round's budget, and no
 // younger abandoned pause was ever asked about. A question takes at most a quarter of it.
 func TestPAUSE1_OneHangingImageHoldsNoOtherPause(t *testing.T) {
-	old := snapshotRoundBudget
-	snapshotRoundBudget = 2 * time.Second
-	t.Cleanup(func() { snapshotRoundBudget = old })
+	withSnapshotBudget(t, 2*time.Second)
 	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/", hang: true}, 3)
 	ctx := context.Background()
 	h.s.settleCheckpoints(ctx)
-	for id, want := range map[string]berth.SandboxState{"sb-0": berth.SandboxPausing, "sb-1": berth.SandboxPaused,
-		"sb-2": berth.SandboxPaused} {
-		if sb, _ := h.st.Sandbox(ctx, id); sb.State != want {
-			t.Errorf("%s is %s (%s), want %s", id, sb.State, sb.Reason, want)
-		}
-	}
+	wantStates(t, h.st, "after a round", map[string]berth.SandboxState{"sb-0": berth.SandboxPausing,
+		"sb-1": berth.SandboxPaused, "sb-2": berth.SandboxPaused})
 }
 
 // TestPAUSE1_HangingImagesHoldNoYoungerPause: images the snapshot store could not answer for
@@ -366,9 +388,7 @@ func TestPAUSE1_OneHangingImageHoldsNoOtherPause(t *testing.T) {
 // spent the whole budget every round — four questions of a quarter each — and the younger
 // abandoned pause behind them was never asked about, round after round.
 func TestPAUSE1_HangingImagesHoldNoYoungerPause(t *testing.T) {
-	old := snapshotRoundBudget
-	snapshotRoundBudget = 400 * time.Millisecond
-	t.Cleanup(func() { snapshotRoundBudget = old })
+	withSnapshotBudget(t, 400*time.Millisecond)
 	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/", more: []string{"sb-1/", "sb-2/", "sb-3/", "sb-4/"}, hang: true}, 6)
 	ctx := context.Background()
 	for round := range 3 {
@@ -394,12 +414,8 @@ func TestPAUSE1_OneBadImageHoldsNoOtherPause(t *testing.T) {
 	h := settleWithSnapshots(t, &faultyBucket{bad: "sb-0/"}, 3)
 	ctx := context.Background()
 	h.s.settleCheckpoints(ctx)
-	for id, want := range map[string]berth.SandboxState{"sb-0": berth.SandboxPausing, "sb-1": berth.SandboxPaused,
-		"sb-2": berth.SandboxPaused} {
-		if sb, _ := h.st.Sandbox(ctx, id); sb.State != want {
-			t.Errorf("%s is %s (%s), want %s", id, sb.State, sb.Reason, want)
-		}
-	}
+	wantStates(t, h.st, "after a round", map[string]berth.SandboxState{"sb-0": berth.SandboxPausing,
+		"sb-1": berth.SandboxPaused, "sb-2": berth.SandboxPaused})
 }
 
 // TestPAUSE1_AQueuedDeleteChecksTheRowFirst (attacks on the queue of agent calls): the
@@ -412,18 +428,12 @@ func TestPAUSE1_AQueuedDeleteChecksTheRowFirst(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
 	ctx := context.Background()
 	a := newFakeAgent(t, "")
-	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now}, now)
-	must(t, err)
+	beatA1(t, h.st, a.srv.URL, now)
 	for _, promoted := range []bool{true, false} {
 		id := fmt.Sprintf("sb-promoted-%v", promoted)
-		must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
-			State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+		putResuming(t, h.st, id, now)
 		now = now.Add(90 * time.Second)
-		full := make(chan struct{}) // every delete slot taken by other agents' deletes
-		for i := range maxStopRounds {
-			h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
-		}
+		release := fillDeleteSlots(h.s)
 		h.s.settleCheckpoints(ctx)
 		if sb, _ := h.st.Sandbox(ctx, id); sb.State != berth.SandboxResuming || !h.s.sweepDeletes.busy("a1") {
 			t.Fatalf("%s with every slot taken: %s, delete queued %v; want resuming, queued", id, sb.State, h.s.sweepDeletes.busy("a1"))
@@ -437,7 +447,7 @@ func TestPAUSE1_AQueuedDeleteChecksTheRowFirst(t *testing.T) {
 			}
 		}
 		before := a.deletes.Load()
-		close(full)
+		release()
 		waitUntil(t, "the queued delete's turn", func() (bool, string) { return !h.s.sweepDeletes.busy("a1"), "" })
 		if got, want := a.deletes.Load()-before, map[bool]int64{true: 0, false: 1}[promoted]; got != want {
 			t.Fatalf("promoted %v: %d deletes sent at its turn, want %d", promoted, got, want)
@@ -460,17 +470,11 @@ func TestPAUSE1_AQueuedDeleteSparesANewerResume(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
 	ctx := context.Background()
 	a := newFakeAgent(t, "")
-	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now}, now)
-	must(t, err)
+	beatA1(t, h.st, a.srv.URL, now)
 	id := "sb-x"
-	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: id, Template: "python", Tenant: "acme", AgentID: "a1",
-		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: id + "/1"}, "test", now))
+	putResuming(t, h.st, id, now)
 	now = now.Add(90 * time.Second)
-	full := make(chan struct{}) // every delete slot taken by other agents' deletes
-	for i := range maxStopRounds {
-		h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
-	}
+	release := fillDeleteSlots(h.s)
 	h.s.settleCheckpoints(ctx) // the abandoned resume's delete waits
 	for _, mv := range []struct {
 		from berth.SandboxState
@@ -488,7 +492,7 @@ func TestPAUSE1_AQueuedDeleteSparesANewerResume(t *testing.T) {
 			t.Fatalf("%s → %s refused", mv.from, mv.move.To)
 		}
 	}
-	close(full)
+	release()
 	waitUntil(t, "the waiting delete's turn", func() (bool, string) { return !h.s.sweepDeletes.busy("a1"), "" })
 	if sb, _ := h.st.Sandbox(ctx, id); a.deletes.Load() != 0 || sb.State != berth.SandboxResuming || sb.Image != id+"/2" {
 		t.Fatalf("%d deletes sent, row %s with image %s; want none, the new resume (%s/2) untouched", a.deletes.Load(), sb.State, sb.Image, id)
@@ -511,11 +515,8 @@ func TestPAUSE1_AFailedDeletePausesNothing(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(agent.Close)
-	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: agent.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now}, now)
-	must(t, err)
-	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-y", Template: "python", Tenant: "acme", AgentID: "a1",
-		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-y/1"}, "test", now))
+	beatA1(t, h.st, agent.URL, now)
+	putResuming(t, h.st, "sb-y", now)
 	now = now.Add(90 * time.Second)
 	h.s.settleCheckpoints(ctx)
 	waitUntil(t, "the delete sent", func() (bool, string) {
@@ -535,21 +536,15 @@ func TestPAUSE1_ADeleteWaitingBesideAnotherIsKept(t *testing.T) {
 	h := newHarnessWith(t, func(c *Config) { c.Clock, c.StartingGrace = func() time.Time { return now }, time.Minute })
 	ctx := context.Background()
 	a := newFakeAgent(t, "")
-	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-res", Template: "python", Tenant: "acme", AgentID: "a1",
-		State: berth.SandboxResuming, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Image: "sb-res/1"}, "test", now))
+	putResuming(t, h.st, "sb-res", now)
 	must(t, h.st.CreateSandbox(ctx, berth.Sandbox{ID: "sb-stop", Template: "python", Tenant: "acme", AgentID: "a1",
 		State: berth.SandboxStopping, MemoryMiB: 512, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, "test", now))
 	now = now.Add(90 * time.Second)
-	_, err := h.st.ApplyHeartbeat(ctx, berth.Heartbeat{AgentID: "a1", Address: a.srv.URL, Status: berth.AgentActive,
-		IntakeOpen: true, HeartbeatAt: now, Sandboxes: []berth.HeldSandbox{{ID: "sb-stop"}}}, now) // its delete does not take
-	must(t, err)
-	full := make(chan struct{})
-	for i := range maxStopRounds {
-		h.s.sweepDeletes.run(fmt.Sprintf("other-%d", i), "other", func() { <-full }, nil)
-	}
+	beatA1(t, h.st, a.srv.URL, now, berth.HeldSandbox{ID: "sb-stop"}) // its delete does not take
+	release := fillDeleteSlots(h.s)
 	h.s.settleCheckpoints(ctx) // the resume's delete waits…
 	h.s.settleStopping(ctx)    // …and the stopping row's joins it
-	close(full)
+	release()
 	waitUntil(t, "both deletes sent, the resume paused again", func() (bool, string) {
 		sb, _ := h.st.Sandbox(ctx, "sb-res")
 		return sb.State == berth.SandboxPaused && a.deletes.Load() == 2, fmt.Sprintf("%s, %d deletes", sb.State, a.deletes.Load())
