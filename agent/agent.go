@@ -233,10 +233,19 @@ type guest struct {
 	// incarnation is this copy's number (berth.HeldSandbox.Incarnation): set when it is
 	// booked, moved on when a create re-confirms it (reconfirmLocked).
 	incarnation int64
-	// stopped is closed, with stopErr set, when the delete that set deleting has its
-	// runtime's answer: a second delete waits for it (DeleteIncarnation).
-	stopped chan struct{}
-	stopErr error
+	// claim is the latest stop of this copy (claimLocked); deletes that find it in flight
+	// wait for its answer (DeleteIncarnation).
+	claim *stopClaim
+	// startDone is set when Create is done with a copy a delete claimed while it started: it
+	// stopped what it started, and the copy leaves the books once both are done.
+	startDone bool
+}
+
+// stopClaim is one stop of a copy: done closes once the runtime answered, with err.
+type stopClaim struct {
+	done     chan struct{}
+	finished bool // done is closed (read under Agent.mu)
+	err      error
 }
 
 // Agent is one host agent. Create it with New, then Run it.

@@ -156,11 +156,12 @@ func (a *Agent) ours(id string, g *guest) bool {
 }
 
 // forget drops guest g from the books if it is still the record of id, and the runtime id
-// a warm guest served it as (its runtime stopped it already); it reports whether it did.
+// a warm guest served it as (its runtime stopped it already); it reports whether it did. A
+// copy a delete claimed is the delete's to drop (stopClaimed), once its stop has landed.
 func (a *Agent) forget(id string, g *guest) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.guests[id] != g {
+	if a.guests[id] != g || g.deleting {
 		return false
 	}
 	delete(a.guests, id)

@@ -103,11 +103,7 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 	ok := false
 	defer func() {
 		if !ok {
-			a.mu.Lock()
-			if a.guests[c.ID] == g {
-				delete(a.guests, c.ID)
-			}
-			a.mu.Unlock()
+			a.leaveStart(c.ID, g) // each failure path stopped what it may have started
 		}
 	}()
 	volumeDir, err := a.volumeDir(c.Volume)
@@ -139,14 +135,15 @@ func (a *Agent) Create(ctx context.Context, c berth.AgentCreate) error {
 			&berth.Error{Code: berth.EUnavailable, Message: "sandbox start failed: " + err.Error()})
 	}
 	a.mu.Lock()
-	if cur := a.guests[c.ID]; cur != g {
-		// Deleted while it was starting: the delete could not stop what did not run yet,
-		// so stop it now rather than leave a sandbox nobody accounts for.
+	if cur := a.guests[c.ID]; cur != g || g.deleting {
+		// Deleted while it was starting: the delete could not stop what did not run yet
+		// (an attack: its stop found nothing, and the guest then ran with no booking), so
+		// stop it now rather than leave a sandbox nobody accounts for; the deferred
+		// leaveStart then takes the copy off the books.
 		a.mu.Unlock()
 		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = a.rt.Stop(stop, c.ID)
-		ok = true // the guest is already gone from the books
 		return berth.Errorf(berth.EConflict, "sandbox %s was deleted while it started", c.ID)
 	}
 	g.started = true
@@ -223,9 +220,9 @@ func (a *Agent) deleteOnce(ctx context.Context, id, boot string, inc int64) (wai
 		a.mu.Unlock()
 		return false, berth.Errorf(berth.EConflict, "sandbox %s on agent %s is being checkpointed: not stopped now", id, a.cfg.ID)
 	case ok && g.deleting:
-		stopped := g.stopped
+		claim := g.claim
 		a.mu.Unlock()
-		return true, a.awaitStop(ctx, id, g, stopped)
+		return true, a.awaitStop(ctx, id, claim)
 	case ok:
 		claimLocked(g, "deleted")
 	}
@@ -242,24 +239,39 @@ func (a *Agent) deleteOnce(ctx context.Context, id, boot string, inc int64) (wai
 // (runtimeErr), a create of its id is refused, and another delete waits for this stop's
 // answer. stopClaimed ends the claim.
 func claimLocked(g *guest, why string) {
-	g.deleting, g.stopWhy, g.stopped, g.stopErr = true, why, make(chan struct{}), nil
+	g.deleting, g.stopWhy, g.claim = true, why, &stopClaim{done: make(chan struct{})}
 }
 
 // stopClaimed stops copy g of id, claimed by claimLocked, and gives the deletes waiting on it
-// its answer: stopped, the copy leaves the books; not stopped (the runtime failed), it stays
-// booked and unclaimed for a later stop to try again.
+// its answer: stopped, the copy leaves the books — once its Create, if it was still starting,
+// is done with it too (startDone: that Create stops what it started, leaveStart) —; not
+// stopped (the runtime failed), it stays booked and unclaimed for a later stop to try again.
 func (a *Agent) stopClaimed(ctx context.Context, id string, g *guest) error {
+	claim := g.claim
 	err := a.runtimeStop(ctx, id)
 	a.mu.Lock()
 	if err != nil {
 		g.deleting = false
-	} else if a.guests[id] == g {
+	} else if a.guests[id] == g && (g.started || g.startDone) {
 		delete(a.guests, id)
 	}
-	g.stopErr = err
-	close(g.stopped)
+	claim.err, claim.finished = err, true
+	close(claim.done)
 	a.mu.Unlock()
 	return err
+}
+
+// leaveStart is Create done with copy g of id without it running: its start failed, or a
+// delete claimed it meanwhile and Create stopped what it started. The copy leaves the books
+// now, unless a claim's stop is still in flight, which then takes it off (stopClaimed): no new
+// copy of the id is booked while a stop of it may still land.
+func (a *Agent) leaveStart(id string, g *guest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	g.startDone = true
+	if a.guests[id] == g && (g.claim == nil || g.claim.finished) {
+		delete(a.guests, id)
+	}
 }
 
 // runtimeStop has the runtime stop guest id; one it does not know is not an error.
@@ -270,17 +282,18 @@ func (a *Agent) runtimeStop(ctx context.Context, id string) error {
 	return nil
 }
 
-// awaitStop waits for the delete stopping guest g of id (stopped closes with its answer) and
-// returns that answer; ctx ending first is unavailable.
-func (a *Agent) awaitStop(ctx context.Context, id string, g *guest, stopped chan struct{}) error {
+// awaitStop waits for claim, a stop of sandbox id in flight, and returns its answer (the
+// claim's own: a later claim of the copy does not change it); ctx ending first is
+// unavailable.
+func (a *Agent) awaitStop(ctx context.Context, id string, claim *stopClaim) error {
 	select {
-	case <-stopped:
+	case <-claim.done:
 	case <-ctx.Done():
 		return berth.Errorf(berth.EUnavailable, "sandbox %s: a delete already in progress did not finish in time: %v", id, ctx.Err())
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return g.stopErr
+	return claim.err
 }
 
 // nextIncarnationLocked numbers a copy being booked or re-confirmed: from 1, never reused
@@ -491,6 +504,9 @@ func (a *Agent) end(ctx context.Context, id string, g *guest, state berth.Sandbo
 		a.mu.Unlock()
 		return
 	}
+	// Ended, it is no longer being checkpointed: a stop that fails leaves a copy the measure
+	// loop and later stops see again (a failed checkpoint's end left it marked for good).
+	g.checkpointing = false
 	claimLocked(g, fmt.Sprintf("%s (%s)", state, reason))
 	a.mu.Unlock()
 	if err := a.stopClaimed(ctx, id, g); err != nil {
